@@ -1,0 +1,61 @@
+# vllm-pooling-operator — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(CURDIR)/$(VENV)/bin/python
+CLI := $(CURDIR)/$(VENV)/bin/pooling-operator
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@echo "==> Installing the project into $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## Create .venv and install the project with its test tools
+
+.PHONY: demo
+demo: venv ## Validate every example and print the vLLM command lines they render to
+	@echo "==> pooling-operator validate examples/"
+	@$(CLI) validate examples/
+	@echo "==> pooling-operator render --vllm-args examples/"
+	@$(CLI) render --vllm-args examples/
+
+.PHONY: test
+test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, unit and control-plane tiers
+	@$(MAKE) --no-print-directory cluster-build
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: unit
+unit: venv ## Unit tests only (no cluster, seconds)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: venv ## ruff and the import-linter layer contract
+	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/lint-imports
+
+.PHONY: crds
+crds: venv ## Regenerate crds/ from the pydantic models
+	$(CLI) crds --output-dir crds
+
+.PHONY: crds-check
+crds-check: venv ## Fail when crds/ differs from what the models generate
+	@tmp=$$(mktemp -d) && $(CLI) crds --output-dir $$tmp && \
+	  if diff -ru crds $$tmp >/dev/null; then rm -rf $$tmp; echo "crds/ is up to date"; \
+	  else diff -ru crds $$tmp | head -40; rm -rf $$tmp; echo "crds/ is stale: run 'make crds'"; exit 1; fi
+
+.PHONY: clean
+clean: ## Remove the venv and caches (not the control-plane binary cache)
+	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+-include e2e/cluster.mk

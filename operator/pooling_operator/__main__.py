@@ -1,0 +1,3 @@
+from pooling_operator.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,332 @@
+"""Shared pydantic base and the blocks every resource uses (model, engine, resources, template).
+
+Field names are snake_case in Python and camelCase on the wire (aliases); unknown fields are errors so a
+typo such as ``pooler:`` is rejected instead of ignored. Every field carries a description: it becomes the
+CRD's ``kubectl explain`` text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from pooling_operator.api.quantity import QUANTITY_PATTERN
+
+# Markers read by api/crd.py when the OpenAPI schema is emitted.
+PRESERVE_UNKNOWN = {"x-kubernetes-preserve-unknown-fields": True}
+INT_OR_STRING = {"x-kubernetes-int-or-string": True}
+
+
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise ValueError("must be a non-negative Kubernetes quantity such as 8, 500m, 64Gi or 2Ti")
+    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. 8, 500m, 64Gi or 2Ti")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    Field(union_mode="left_to_right", json_schema_extra=INT_OR_STRING),
+    AfterValidator(_quantity),
+]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+ObjectDict = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE_UNKNOWN)]
+
+
+class Spec(BaseModel):
+    """Base of every spec block: camelCase aliases, unknown fields rejected, values validated on assignment."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_assignment=True,
+        frozen=False,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The block as it appears in YAML: camelCase, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class SecretKeyRef(Spec):
+    """A key of a Secret in the resource's namespace."""
+
+    name: Name = Field(description="Name of the Secret, in the resource's namespace.")
+    key: str = Field(min_length=1, max_length=253, description="Key inside the Secret.")
+
+
+class HuggingFaceSource(Spec):
+    """Download the model from the Hugging Face Hub."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a Hugging Face token; passed as the HF_TOKEN environment variable, "
+        "never as an argument.",
+    )
+
+
+class ModelVolume(Spec):
+    """A model already on a PersistentVolumeClaim."""
+
+    claim_name: Name = Field(description="PersistentVolumeClaim holding the model files.")
+    path: str = Field(
+        default="/",
+        pattern=r"^/",
+        description="Absolute folder inside the claim that holds config.json and the weights. Default '/'.",
+    )
+    read_only: bool = Field(default=True, description="Mount the claim read-only. Default true.")
+
+
+class ModelSource(Spec):
+    """Where the weights come from: exactly one of huggingFace or volume. Default: huggingFace, no token."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.huggingFace) != has(self.volume)",
+                    "message": "exactly one of huggingFace or volume must be set",
+                }
+            ]
+        }
+    )
+
+    hugging_face: HuggingFaceSource | None = Field(
+        default=None, description="Download from the Hugging Face Hub (the default)."
+    )
+    volume: ModelVolume | None = Field(
+        default=None,
+        description="Load from a PersistentVolumeClaim; HF_HUB_OFFLINE=1 is set so nothing is downloaded.",
+    )
+
+
+class ModelHints(Spec):
+    """Facts from the model's config.json that let validation check more before a pod exists.
+
+    Each hint is optional; a rule that needs a missing hint is skipped.
+    """
+
+    architectures: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None = Field(
+        default=None,
+        max_length=8,
+        description="config.json architectures, e.g. [XLMRobertaModel] or [Qwen3ForCausalLM]. Decides which "
+        "pooling tasks the model can serve and whether vLLM can chunk its prompts.",
+    )
+    num_hidden_layers: int | None = Field(
+        default=None, ge=1, le=1024, description="config.json num_hidden_layers: the highest valid hidden-state layer id."
+    )
+    hidden_size: int | None = Field(
+        default=None, ge=1, le=1048576, description="config.json hidden_size: used to estimate hidden-state file sizes."
+    )
+    vocab_size: int | None = Field(
+        default=None, ge=1, le=16777216, description="config.json vocab_size: label token ids must be below it."
+    )
+    num_labels: int | None = Field(
+        default=None, ge=1, le=100000, description="Number of classifier outputs; a cross-encoder needs exactly 1."
+    )
+    num_attention_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="config.json num_attention_heads: tensorParallelSize must divide it."
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=16777216,
+        description="The longest input the model allows (max_position_embeddings, or a sentence-transformers "
+        "max_seq_length when smaller): engine.maxModelLen may not exceed it.",
+    )
+
+
+HfRepo = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+
+
+class ModelSpec(Spec):
+    """The model to serve."""
+
+    name: HfRepo = Field(
+        description="Hugging Face repo id (e.g. BAAI/bge-m3), or a label for the model when source.volume is used."
+    )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="Git revision (commit sha, tag or branch) to download. Pin a commit: a missing revision is "
+        "reported by validation, not rejected.",
+    )
+    served_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\s]+$",
+        description="Name clients send as 'model' and the model_name label of vLLM's metrics. Default: the "
+        "resource's metadata.name. Always passed as --served-model-name.",
+    )
+    source: ModelSource | None = Field(default=None, description="Where the weights come from. Default huggingFace.")
+    trust_remote_code: bool = Field(
+        default=False,
+        description="Run the model repository's own Python code (--trust-remote-code). Refused unless the "
+        "operator is configured to allow it.",
+    )
+    matryoshka_dimensions: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Output sizes the model was trained for (Matryoshka representation learning). Declares "
+        "Matryoshka support to vLLM (--hf-overrides matryoshka_dimensions) and is the whitelist for "
+        "pooling.dimensions.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    hf_overrides: ObjectDict | None = Field(
+        default=None,
+        description="Keys merged over the model's config.json (--hf-overrides), e.g. {architectures: "
+        "[BgeM3EmbeddingModel]} for BGE-M3's sparse and ColBERT heads. Keys owned by typed fields "
+        "(matryoshka_dimensions, is_matryoshka) are refused here.",
+    )
+    hints: ModelHints | None = Field(default=None, description=ModelHints.__doc__.splitlines()[0])
+
+
+Dtype = Literal["auto", "float16", "bfloat16", "float32"]
+
+
+class EnvVar(Spec):
+    """An extra environment variable for the vLLM container (a Kubernetes EnvVar)."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")] = (
+        Field(description="Variable name.")
+    )
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: ObjectDict | None = Field(
+        default=None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...)."
+    )
+
+
+class EngineSpec(Spec):
+    """The vLLM server: image, contract version and engine settings. Unset values keep vLLM's defaults."""
+
+    image: str = Field(
+        default="vllm/vllm-openai:v0.33.0",
+        min_length=1,
+        max_length=512,
+        description="Container image running `vllm serve`. Default vllm/vllm-openai:v0.33.0.",
+    )
+    version: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+\.[0-9]+$",
+        description="vLLM contract version whose rules apply (e.g. '0.33'). Default: read from the image tag.",
+    )
+    dtype: Dtype | None = Field(default=None, description="Weight and activation dtype (--dtype). Default auto.")
+    max_model_len: int | None = Field(
+        default=None, ge=1, le=16777216, description="Longest input in tokens (--max-model-len). Default: the model's."
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16777216,
+        description="Tokens per engine step (--max-num-batched-tokens). Must be >= maxModelLen where vLLM cannot "
+        "chunk a prompt (encoder models; MEAN, CLS or STEP pooling).",
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, le=65536, description="Sequences per engine step (--max-num-seqs)."
+    )
+    tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="GPUs one model replica spans (--tensor-parallel-size). Default 1."
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Fraction of GPU memory vLLM may use, in (0, 1] (--gpu-memory-utilization). Default: vLLM's.",
+    )
+    startup_timeout_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="How long a pod may take to download and load the model before it is restarted (startup "
+        "probe budget and VLLM_ENGINE_READY_TIMEOUT_S). Default 1800.",
+    )
+    extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra `vllm serve` flags and their values. Flags the operator owns (those typed fields "
+        "set), secrets, and flags the target vLLM version does not have are refused.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables for the vLLM container. Secrets must come from valueFrom.",
+    )
+
+
+class GpuSpec(Spec):
+    """GPUs per replica."""
+
+    count: int = Field(default=1, ge=0, le=64, description="GPUs per replica (the resource limit). Default 1.")
+    resource_name: Annotated[str, StringConstraints(pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9_.-]+$", max_length=253)] = (
+        Field(default="nvidia.com/gpu", description="Extended resource name. Default nvidia.com/gpu.")
+    )
+    product: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+        description="GPU product, e.g. NVIDIA-H100-80GB-HBM3; becomes a nodeSelector on "
+        "nvidia.com/gpu.product.",
+    )
+
+
+class ResourcesSpec(Spec):
+    """Compute resources per replica."""
+
+    gpu: GpuSpec | None = Field(default=None, description="GPUs per replica. Default 1 nvidia.com/gpu.")
+    cpu: Quantity | None = Field(default=None, description="CPU request, e.g. '8'.")
+    memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. 64Gi.")
+
+
+class TemplateSpec(Spec):
+    """Pod placement and metadata added to every pod."""
+
+    node_selector: dict[str, str] | None = Field(default=None, description="Extra node selector labels.")
+    tolerations: list[ObjectDict] | None = Field(default=None, description="Pod tolerations (Kubernetes Toleration).")
+    affinity: ObjectDict | None = Field(default=None, description="Pod affinity (Kubernetes Affinity).")
+    priority_class_name: str | None = Field(default=None, max_length=253, description="PriorityClass of the pods.")
+    labels: dict[str, str] | None = Field(
+        default=None, description="Extra pod labels (never used in selectors)."
+    )
+    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+
+
+class Condition(Spec):
+    """A Kubernetes condition."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description="Condition type: Ready, SpecValid, Progressing, Degraded, ...")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str | None = Field(default=None, description="CamelCase reason.")
+    message: str | None = Field(default=None, description="Human-readable detail.")
+    last_transition_time: str | None = Field(default=None, description="When status last changed.")
+    observed_generation: int | None = Field(default=None, description="Generation the condition was computed from.")
+
+
+class StatusBase(Spec):
+    """Fields every status has."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = Field(default=None, description="The spec generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Ready, SpecValid, Progressing, Degraded, MetricsAvailable, ScalingLimited (services); "
+        "Succeeded, Failed (jobs).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )

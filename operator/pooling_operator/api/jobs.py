@@ -1,0 +1,154 @@
+"""HiddenStateJob: extract a verifier model's hidden states for a whole prompt dataset."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from pooling_operator.api.base import (
+    EngineSpec,
+    ModelSpec,
+    Name,
+    ObjectDict,
+    Quantity,
+    ResourcesSpec,
+    Spec,
+    StatusBase,
+    TemplateSpec,
+)
+
+AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")]
+
+
+class ClaimPath(Spec):
+    """A path on a PersistentVolumeClaim."""
+
+    claim_name: Name = Field(description="PersistentVolumeClaim name.")
+    path: AbsPath = Field(description="Absolute path inside the claim.")
+
+
+class DatasetSpec(Spec):
+    """The prompts: JSONL lines {"id": "...", "prompt": "..."} or {"id": "...", "token_ids": [...]}."""
+
+    volume: ClaimPath = Field(description="The JSONL file on a claim (mounted read-only).")
+
+
+class OutputSpec(Spec):
+    """Where the safetensors files and manifests go."""
+
+    volume: ClaimPath = Field(
+        description="Output folder on a claim: shard-<i>/<id>.safetensors, shard-<i>/manifest.jsonl, "
+        "shard-<i>/_SUCCESS. The claim is never deleted by the operator."
+    )
+    storage_budget: Quantity | None = Field(
+        default=None,
+        description="Most bytes the job may write (e.g. 2Ti), split evenly across shards; a shard stops "
+        "cleanly before exceeding its share. Needs model.hints.hiddenSize.",
+    )
+
+
+class ConnectorSpec(Spec):
+    """The vLLM KV connector that writes hidden states."""
+
+    name: str = Field(
+        default="ExampleHiddenStatesConnector",
+        min_length=1,
+        max_length=128,
+        description="A hidden-state KV connector. Default ExampleHiddenStatesConnector.",
+    )
+    extra_config: ObjectDict | None = Field(
+        default=None,
+        description="kv_connector_extra_config keys (e.g. num_writer_threads). shared_storage_path is set by the "
+        "operator inside the output volume.",
+    )
+
+
+class HiddenStateJobSpec(Spec):
+    """An Indexed Job: each shard runs vLLM with extract_hidden_states and a driver feeding it prompts."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "spec is immutable: create a new HiddenStateJob instead"},
+                {
+                    "rule": "!has(self.parallelism) || self.parallelism <= self.shards",
+                    "message": "parallelism must be less than or equal to shards",
+                    "fieldPath": ".parallelism",
+                },
+                {
+                    "rule": "!has(self.output.storageBudget) || "
+                    "(has(self.model.hints) && has(self.model.hints.hiddenSize))",
+                    "message": "output.storageBudget needs model.hints.hiddenSize to estimate file sizes",
+                    "fieldPath": ".output.storageBudget",
+                },
+            ]
+        }
+    )
+
+    model: ModelSpec = Field(
+        description="A generate model implementing vLLM's EAGLE-3 hidden-state interface (e.g. Llama, Qwen3)."
+    )
+    layers: list[Annotated[int, Field(ge=0, le=1024)]] = Field(
+        min_length=1,
+        max_length=64,
+        description="Layer ids to extract: non-empty, unique, ascending; 0 is the embeddings and "
+        "model.hints.numHiddenLayers the last layer.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "set",
+            "x-kubernetes-validations": [
+                {"rule": "self.isSorted()", "message": "layers must be in ascending order"}
+            ],
+        },
+    )
+    dataset: DatasetSpec = Field(description=DatasetSpec.__doc__)
+    output: OutputSpec = Field(description=OutputSpec.__doc__)
+    shards: int = Field(default=1, ge=1, le=10000, description="Indexed Job completions. Default 1.")
+    parallelism: int | None = Field(default=None, ge=1, le=10000, description="Shards running at once. Default: shards.")
+    connector: ConnectorSpec = Field(default_factory=ConnectorSpec, description=ConnectorSpec.__doc__)
+    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
+    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
+    backoff_limit_per_shard: int = Field(
+        default=3, ge=0, le=100, description="Retries of one shard before it counts as failed. Default 3."
+    )
+    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+
+
+class ShardCounts(Spec):
+    """Shard counts."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    total: int | None = Field(default=None, description="Shards in the job.")
+    succeeded: int | None = Field(default=None, description="Shards finished.")
+    failed: int | None = Field(default=None, description="Shards that exhausted their retries.")
+    active: int | None = Field(default=None, description="Shards running.")
+
+
+class SampleCounts(Spec):
+    """Sample counts."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    done: int | None = Field(default=None, description="Samples written and in a manifest.")
+    failed: int | None = Field(default=None, description="Samples recorded as failed.")
+
+
+class OutputStatus(Spec):
+    """Where the results are."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    path: str | None = Field(default=None, description="Output folder on the claim.")
+    manifests: list[str] | None = Field(default=None, description="Manifest files, one per shard.")
+
+
+class HiddenStateJobStatus(StatusBase):
+    """Observed state of a HiddenStateJob."""
+
+    shards: ShardCounts | None = Field(default=None, description=ShardCounts.__doc__)
+    samples: SampleCounts | None = Field(default=None, description=SampleCounts.__doc__)
+    bytes_written: int | None = Field(default=None, description="Bytes of safetensors written.")
+    output: OutputStatus | None = Field(default=None, description=OutputStatus.__doc__)
+    start_time: str | None = Field(default=None, description="When the Job started.")
+    completion_time: str | None = Field(default=None, description="When the Job finished.")

@@ -1,0 +1,93 @@
+"""A validation finding: the field path, what is wrong and what would be accepted."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One finding. ``path`` is a dotted field path from the object root, e.g. ``spec.pooling.type``."""
+
+    path: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def join_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+_BRANCH_NAMES = {"int", "str", "float", "bool", "list", "dict", "none"}
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The wire names of the fields of the model found at ``loc`` (for 'did you mean' hints)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        match = next(
+            (f for n, f in current.model_fields.items() if (f.alias or n) == part or n == part),
+            None,
+        )
+        if match is None:
+            return []
+        current = _unwrap(match.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if not args:
+        return annotation
+    for arg in args:
+        inner = _unwrap(arg)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            return inner
+    return annotation
+
+
+def from_validation_error(error: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> list[Problem]:
+    """Turn pydantic's errors into Problems with wire field paths and messages that say what is accepted."""
+    problems: list[Problem] = []
+    for err in error.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p in _BRANCH_NAMES or "[" in p)))
+        kind = err["type"]
+        message = err["msg"]
+        if kind == "extra_forbidden":
+            known = _fields_at(model, loc[:-1])
+            guess = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            hint = f"did you mean '{guess[0]}'? " if guess else ""
+            message = f"unknown field; {hint}known fields here: {', '.join(known)}" if known else "unknown field"
+        elif kind == "missing":
+            message = "required field is missing"
+        elif kind == "string_pattern_mismatch":
+            message = f"{err['input']!r} does not match the pattern {err['ctx']['pattern']}"
+        elif kind == "value_error":
+            message = message.removeprefix("Value error, ")
+        elif kind.endswith("_type") and "input" in err:
+            message = f"{message} (got {err['input']!r})"
+        problems.append(Problem(join_path(prefix + loc), message))
+    # A value of the wrong type in an int|str union reports once per branch; keep one line per path.
+    unique: dict[str, Problem] = {}
+    for p in problems:
+        unique.setdefault(p.path, p)
+    return list(unique.values())

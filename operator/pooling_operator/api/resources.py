@@ -1,0 +1,177 @@
+"""The four kinds: metadata, spec and status models, and what their CRDs look like."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pooling_operator.api.base import Spec, StatusBase
+from pooling_operator.api.jobs import HiddenStateJobSpec, HiddenStateJobStatus
+from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingPolicyStatus
+from pooling_operator.api.services import (
+    PoolingServiceSpec,
+    PoolingServiceStatus,
+    ScoringServiceSpec,
+    ScoringServiceStatus,
+)
+
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata the operator reads; everything else is kept as is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1035_LABEL)
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+S = TypeVar("S", bound=Spec)
+T = TypeVar("T", bound=StatusBase)
+
+
+class Resource(BaseModel, Generic[S, T]):
+    """A whole object as read from YAML or the API server."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api_version: Literal["vllm-pooling.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta
+    spec: S
+    status: T | None = None
+
+
+class PoolingService(Resource[PoolingServiceSpec, PoolingServiceStatus]):
+    kind: Literal["PoolingService"] = "PoolingService"
+
+
+class ScoringService(Resource[ScoringServiceSpec, ScoringServiceStatus]):
+    kind: Literal["ScoringService"] = "ScoringService"
+
+
+class HiddenStateJob(Resource[HiddenStateJobSpec, HiddenStateJobStatus]):
+    kind: Literal["HiddenStateJob"] = "HiddenStateJob"
+
+
+class AutoscalingPolicy(Resource[AutoscalingPolicySpec, AutoscalingPolicyStatus]):
+    kind: Literal["AutoscalingPolicy"] = "AutoscalingPolicy"
+
+
+AnyResource = PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy
+
+READY = '.status.conditions[?(@.type=="Ready")].status'
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """How a kind appears in the API: names, scope, subresources, columns."""
+
+    kind: str
+    plural: str
+    short_name: str
+    namespaced: bool
+    model: type[Resource[Any, Any]]
+    description: str
+    columns: tuple[dict[str, Any], ...]
+    scale: bool
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def spec_model(self) -> type[Spec]:
+        return self.model.model_fields["spec"].annotation  # type: ignore[return-value]
+
+    @property
+    def status_model(self) -> type[StatusBase]:
+        annotation = self.model.model_fields["status"].annotation
+        return next(a for a in annotation.__args__ if a is not type(None))  # type: ignore[union-attr]
+
+
+def _col(name: str, path: str, type_: str = "string", description: str = "", priority: int = 0) -> dict[str, Any]:
+    col = {"name": name, "type": type_, "jsonPath": path, "description": description}
+    if priority:
+        col["priority"] = priority
+    return col
+
+
+AGE = _col("Age", ".metadata.creationTimestamp", "date", "Time since creation.")
+MODEL = _col("Model", ".spec.model.name", description="Model served.")
+SERVICE_COLUMNS = (
+    _col("Ready", READY, description="Ready condition."),
+    _col("Replicas", ".status.replicas", "integer", "Pods of the Deployment."),
+    _col("Available", ".status.readyReplicas", "integer", "Ready pods."),
+    _col("Endpoint", ".status.endpoint", description="In-cluster URL.", priority=1),
+    AGE,
+)
+
+KINDS: dict[str, KindInfo] = {
+    info.kind: info
+    for info in (
+        KindInfo(
+            kind="PoolingService",
+            plural="poolingservices",
+            short_name="pls",
+            namespaced=True,
+            model=PoolingService,
+            description="A vLLM server with runner pooling: embeddings, classification, token embeddings or "
+            "token classification, validated against vLLM's rules before any pod exists.",
+            columns=(MODEL, _col("Task", ".spec.task", description="Pooling task."), *SERVICE_COLUMNS),
+            scale=True,
+        ),
+        KindInfo(
+            kind="ScoringService",
+            plural="scoringservices",
+            short_name="scs",
+            namespaced=True,
+            model=ScoringService,
+            description="A vLLM server that scores pairs: cross-encoder, bi-encoder, late-interaction (MaxSim) or "
+            "generative scoring.",
+            columns=(MODEL, _col("Mode", ".spec.mode", description="Scoring mode."), *SERVICE_COLUMNS),
+            scale=True,
+        ),
+        KindInfo(
+            kind="HiddenStateJob",
+            plural="hiddenstatejobs",
+            short_name="hsj",
+            namespaced=True,
+            model=HiddenStateJob,
+            description="An Indexed Job extracting a model's hidden states for a prompt dataset into a volume, "
+            "with a manifest, resume after failure and a storage budget. The spec is immutable.",
+            columns=(
+                MODEL,
+                _col("Ready", READY, description="Ready condition."),
+                _col("Shards", ".spec.shards", "integer", "Shards in the job."),
+                _col("Done", ".status.shards.succeeded", "integer", "Shards finished."),
+                _col("Samples", ".status.samples.done", "integer", "Samples written."),
+                _col("Succeeded", '.status.conditions[?(@.type=="Succeeded")].status', description="Finished."),
+                AGE,
+            ),
+            scale=False,
+        ),
+        KindInfo(
+            kind="AutoscalingPolicy",
+            plural="autoscalingpolicies",
+            short_name="asp",
+            namespaced=False,
+            model=AutoscalingPolicy,
+            description="Cluster-wide guardrails and defaults for autoscaled PoolingServices and ScoringServices.",
+            columns=(
+                _col("Default", ".spec.default", "boolean", "Applies to services naming no policy."),
+                _col("Prometheus", ".spec.prometheus.url", description="Metrics source."),
+                _col("Services", ".status.services", "integer", "Services following it."),
+                AGE,
+            ),
+            scale=False,
+        ),
+    )
+}

@@ -1,0 +1,378 @@
+"""PoolingService and ScoringService: long-running vLLM servers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from pooling_operator.api.base import (
+    Duration,
+    EngineSpec,
+    ModelSpec,
+    Name,
+    ResourcesSpec,
+    SecretKeyRef,
+    Spec,
+    StatusBase,
+    TemplateSpec,
+)
+
+Task = Literal["embed", "classify", "token_embed", "token_classify"]
+SEQUENCE_TASKS = ("embed", "classify")
+TOKEN_TASKS = ("token_embed", "token_classify")
+EMBEDDING_TASKS = ("embed", "token_embed")
+Convert = Literal["auto", "none", "embed", "classify"]
+PoolingType = Literal["CLS", "MEAN", "LAST", "ALL", "STEP"]
+SEQUENCE_POOLING = ("CLS", "MEAN", "LAST")
+TOKEN_POOLING = ("ALL", "STEP")
+ScoringMode = Literal["crossEncoder", "biEncoder", "lateInteraction", "generative"]
+Backend = Literal["operator", "keda"]
+
+
+class ChunkedProcessing(Spec):
+    """Embed inputs longer than maxModelLen by splitting them into chunks and averaging the results."""
+
+    enabled: bool = Field(default=False, description="Turn chunked processing on (enable_chunked_processing).")
+    max_embed_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=16777216,
+        description="Longest input accepted when enabled (max_embed_len); unset means no limit.",
+    )
+
+
+class PoolingSpec(Spec):
+    """How token states become the output (vLLM's --pooler-config)."""
+
+    type: PoolingType | None = Field(
+        default=None,
+        description="CLS, MEAN or LAST for sequence tasks (embed, classify); ALL or STEP for token tasks "
+        "(token_embed, token_classify). Default: the model's own (sentence-transformers config or class).",
+    )
+    normalize: bool | None = Field(
+        default=None,
+        description="Apply the pooler's activation: L2 normalisation for embedding tasks, sigmoid/softmax for "
+        "classifiers (vLLM's use_activation). Default: the model's.",
+    )
+    dimensions: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Default output size for embedding tasks; must be one of model.matryoshkaDimensions.",
+    )
+    chunked_processing: ChunkedProcessing | None = Field(default=None, description=ChunkedProcessing.__doc__)
+
+
+class ScaleBehavior(Spec):
+    """How fast replicas change in one direction."""
+
+    stabilization_seconds: int | None = Field(
+        default=None, ge=0, le=3600, description="Look-back window whose most conservative recommendation wins."
+    )
+    max_step: int | None = Field(default=None, ge=1, le=1000, description="Most replicas added or removed per step.")
+
+
+class PolicyRef(Spec):
+    """A reference to a cluster-scoped AutoscalingPolicy."""
+
+    name: Name = Field(description="Name of the AutoscalingPolicy.")
+
+
+class AutoscalingSpec(Spec):
+    """Scale on vLLM's queue depth and p99 latency read from Prometheus. Deployment replicas are then owned
+    by the autoscaler, never by the operator's apply."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be less than or equal to maxReplicas",
+                    "fieldPath": ".minReplicas",
+                }
+            ]
+        }
+    )
+
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas. Default 1.")
+    max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
+    queue_depth_per_replica: float | None = Field(
+        default=None, gt=0, description="Target of vllm:num_requests_waiting per ready replica. Default: policy's."
+    )
+    p99_latency_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="Target p99 of vllm:e2e_request_latency_seconds. Also sets finer latency buckets "
+        "(--custom-histogram-buckets) around the target.",
+    )
+    window: Duration | None = Field(default=None, description="Rate window of the queries, e.g. 60s.")
+    scale_up: ScaleBehavior | None = Field(default=None, description="Scale-up behaviour.")
+    scale_down: ScaleBehavior | None = Field(default=None, description="Scale-down behaviour.")
+    policy_ref: PolicyRef | None = Field(
+        default=None, description="The AutoscalingPolicy to follow. Default: the policy marked default."
+    )
+    backend: Backend = Field(
+        default="operator",
+        description="operator (built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
+    )
+
+
+class ServiceSpec(Spec):
+    """The Kubernetes Service in front of the replicas."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP", description="Service type.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Service and container port. Default 8000.")
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the API key (VLLM_API_KEY). vLLM checks it only on /v1, /v2, /inference "
+        "and /cohere paths; status lists the routes it leaves open.",
+    )
+
+
+class MonitoringSpec(Spec):
+    """prometheus-operator objects to create."""
+
+    service_monitor: bool = Field(default=False, description="Create a ServiceMonitor for /metrics.")
+    pod_monitor: bool = Field(default=False, description="Create a PodMonitor for /metrics.")
+
+
+EmbeddingSpaceLabel = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+
+_EMBEDDING_SPACE_FIELDS = (
+    "self.model.name == oldSelf.model.name"
+    " && self.model.?revision.orValue('') == oldSelf.model.?revision.orValue('')"
+    " && self.?pooling.?type.orValue('') == oldSelf.?pooling.?type.orValue('')"
+    " && self.?pooling.?normalize == oldSelf.?pooling.?normalize"
+    " && self.?pooling.?dimensions == oldSelf.?pooling.?dimensions"
+)
+EMBEDDING_SPACE_MESSAGE = (
+    "model.name, model.revision, pooling.type, pooling.normalize and pooling.dimensions define the vector "
+    "space; change embeddingSpace to a new label in the same update to change them"
+)
+MATRYOSHKA_RULE = {
+    "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
+    "(has(self.model.matryoshkaDimensions) && self.pooling.dimensions in self.model.matryoshkaDimensions)",
+    "message": "pooling.dimensions must be one of model.matryoshkaDimensions (declare the model's Matryoshka sizes "
+    "there first)",
+    "fieldPath": ".pooling.dimensions",
+}
+
+
+class PoolingServiceSpec(Spec):
+    """A vLLM server with runner pooling serving exactly one pooling task."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.pooling) || !has(self.pooling.type) || "
+                    "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
+                    "message": "pooling.type must be CLS, MEAN or LAST for the sequence tasks embed and classify, "
+                    "ALL or STEP for the token tasks token_embed and token_classify",
+                    "fieldPath": ".pooling.type",
+                },
+                MATRYOSHKA_RULE,
+                {
+                    "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
+                    "self.task in ['embed', 'token_embed']",
+                    "message": "pooling.dimensions applies only to the embedding tasks embed and token_embed",
+                    "fieldPath": ".pooling.dimensions",
+                },
+                {
+                    "rule": f"self.?embeddingSpace == oldSelf.?embeddingSpace ? ({_EMBEDDING_SPACE_FIELDS}) : true",
+                    "message": EMBEDDING_SPACE_MESSAGE,
+                    "fieldPath": ".embeddingSpace",
+                },
+            ]
+        }
+    )
+
+    model: ModelSpec = Field(description="The model to serve.")
+    task: Task = Field(
+        description="The one pooling task this server exposes: embed, classify, token_embed or token_classify "
+        "(set through --pooler-config task)."
+    )
+    convert: Convert = Field(
+        default="auto",
+        description="Adapt a model to pooling (--convert): auto, none, embed or classify. Default auto.",
+    )
+    pooling: PoolingSpec | None = Field(default=None, description=PoolingSpec.__doc__)
+    embedding_space: EmbeddingSpaceLabel | None = Field(
+        default=None,
+        description="A label for the vector space this service produces. A change of model name or revision, "
+        "pooling type, normalize or dimensions is refused unless this label changes in the same update, so "
+        "vectors from two spaces never mix in one index.",
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
+    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
+    replicas: int = Field(
+        default=1, ge=0, le=1000, description="Replicas when autoscaling is absent (the scale subresource)."
+    )
+    autoscaling: AutoscalingSpec | None = Field(default=None, description=AutoscalingSpec.__doc__)
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
+    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+
+
+class GenerativeLabel(Spec):
+    """A label token whose next-token probability is scored."""
+
+    token: str = Field(min_length=1, max_length=256, description="The token's text (documentation for clients).")
+    id: int = Field(ge=0, le=16777215, description="The token id in the model's vocabulary.")
+
+
+class GenerativeSpec(Spec):
+    """Generative scoring: a causal LM's next-token probabilities for declared label tokens."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.labels.all(l, self.labels.exists_one(m, m.id == l.id))",
+                    "message": "label token ids must be distinct",
+                    "fieldPath": ".labels",
+                }
+            ]
+        }
+    )
+
+    labels: list[GenerativeLabel] = Field(
+        min_length=1,
+        max_length=128,
+        description="1 to 128 label tokens with distinct ids; the first is the one scored. --max-logprobs is "
+        "raised to the count when above vLLM's default of 20.",
+    )
+    apply_softmax: bool = Field(
+        default=True, description="Softmax over the labels only (true) or full-vocabulary probability. Default true."
+    )
+    item_first: bool = Field(default=False, description="Put the item before the query in the prompt. Default false.")
+    query_template: str | None = Field(
+        default=None, max_length=8192, description="Prompt template published in status for clients."
+    )
+
+
+class ScoringServiceSpec(Spec):
+    """A vLLM server that scores query/document pairs."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(self.mode == 'generative') == has(self.generative)",
+                    "message": "generative must be set exactly when mode is generative",
+                    "fieldPath": ".generative",
+                },
+                {
+                    "rule": "!has(self.pooling) || self.mode == 'biEncoder'",
+                    "message": "pooling applies only to mode biEncoder",
+                    "fieldPath": ".pooling",
+                },
+                {
+                    "rule": "!has(self.pooling) || !has(self.pooling.type) || self.pooling.type in ['CLS', 'MEAN', 'LAST']",
+                    "message": "a biEncoder embeds whole sequences: pooling.type must be CLS, MEAN or LAST",
+                    "fieldPath": ".pooling.type",
+                },
+                MATRYOSHKA_RULE,
+            ]
+        }
+    )
+
+    mode: ScoringMode = Field(
+        description="crossEncoder (classify, num_labels 1), biEncoder (embed, cosine), lateInteraction "
+        "(token_embed, MaxSim) or generative (a causal LM on /generative_scoring)."
+    )
+    model: ModelSpec = Field(description="The model to serve.")
+    pooling: PoolingSpec | None = Field(default=None, description="Pooler settings; biEncoder only.")
+    generative: GenerativeSpec | None = Field(default=None, description=GenerativeSpec.__doc__)
+    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
+    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
+    replicas: int = Field(
+        default=1, ge=0, le=1000, description="Replicas when autoscaling is absent (the scale subresource)."
+    )
+    autoscaling: AutoscalingSpec | None = Field(default=None, description=AutoscalingSpec.__doc__)
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
+    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+
+
+# ---- status ---------------------------------------------------------------------------------------------
+
+
+class Effective(Spec):
+    """What the server actually runs with, defaults resolved."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    vllm_version: str | None = Field(default=None, description="vLLM contract version applied.")
+    runner: str | None = Field(default=None, description="vLLM runner: pooling or generate.")
+    task: str | None = Field(default=None, description="The pooling task served.")
+    pooling_type: str | None = Field(default=None, description="Pooling type, or 'model default'.")
+    normalize: bool | None = Field(default=None, description="use_activation, when set.")
+    dimensions: int | None = Field(default=None, description="Default Matryoshka size, when set.")
+    max_model_len: int | None = Field(default=None, description="engine.maxModelLen, when set.")
+    args: list[str] | None = Field(default=None, description="The full vLLM command line.")
+
+
+class EmbeddingSpaceStatus(Spec):
+    """The vector space served."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    label: str | None = Field(default=None, description="spec.embeddingSpace.")
+    fingerprint: str | None = Field(default=None, description="sha256 of everything that changes the vectors.")
+
+
+class AutoscalingStatus(Spec):
+    """The autoscaler's last decision."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    desired_replicas: int | None = Field(default=None, description="Replicas the autoscaler wants.")
+    queue_depth: float | None = Field(default=None, description="Waiting requests per ready replica.")
+    p99_latency_seconds: float | None = Field(default=None, description="Observed p99 latency.")
+    last_scale_time: str | None = Field(default=None, description="When replicas last changed.")
+    reason: str | None = Field(default=None, description="Why the last decision was taken.")
+
+
+class ServiceStatus(StatusBase):
+    """Observed state of a service."""
+
+    replicas: int | None = Field(default=None, description="Pods of the Deployment.")
+    ready_replicas: int | None = Field(default=None, description="Ready pods of the Deployment.")
+    selector: str | None = Field(default=None, description="Label selector of the pods (for the scale subresource).")
+    endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
+    routes: list[str] | None = Field(default=None, description="HTTP routes that answer for this task and version.")
+    unprotected_routes: list[str] | None = Field(
+        default=None, description="Routes vLLM leaves open although an API key is set."
+    )
+    effective: Effective | None = Field(default=None, description=Effective.__doc__)
+    autoscaling: AutoscalingStatus | None = Field(default=None, description=AutoscalingStatus.__doc__)
+
+
+class PoolingServiceStatus(ServiceStatus):
+    """Observed state of a PoolingService."""
+
+    embedding_space: EmbeddingSpaceStatus | None = Field(default=None, description=EmbeddingSpaceStatus.__doc__)
+
+
+class ScoringContract(Spec):
+    """What clients must send."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mode: str | None = Field(default=None, description="Scoring mode.")
+    route: str | None = Field(default=None, description="The route to call.")
+    label_token_ids: list[int] | None = Field(default=None, description="label_token_ids to send (generative).")
+    apply_softmax: bool | None = Field(default=None, description="apply_softmax to send (generative).")
+    item_first: bool | None = Field(default=None, description="item_first to send (generative).")
+    query_template: str | None = Field(default=None, description="Prompt template (generative).")
+
+
+class ScoringServiceStatus(ServiceStatus):
+    """Observed state of a ScoringService."""
+
+    contract: ScoringContract | None = Field(default=None, description=ScoringContract.__doc__)
+
+

@@ -1,0 +1,207 @@
+"""Names, labels, owner references and the vLLM pod pieces every workload shares."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pooling_operator import API_VERSION, OPERATOR_IMAGE
+from pooling_operator.api.base import ResourcesSpec, TemplateSpec
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.vllm.args import MODEL_MOUNT
+from pooling_operator.vllm.workload import Workload
+
+MANAGED_BY = "vllm-pooling-operator"
+COMPONENTS = {
+    "PoolingService": "pooling-service",
+    "ScoringService": "scoring-service",
+    "HiddenStateJob": "hidden-state-job",
+}
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+CACHE_MOUNT = "/cache"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What builders need beyond the resource: the operator's image and the resolved policy."""
+
+    operator_image: str = OPERATOR_IMAGE
+    policy: AutoscalingPolicySpec | None = None
+
+
+def selector_labels(name: str, kind: str) -> dict[str, str]:
+    """The fixed, small set of labels selectors use (never user labels)."""
+    return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": COMPONENTS[kind]}
+
+
+def labels(name: str, kind: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        **selector_labels(name, kind),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def metadata(w: Workload, name: str, uid: str | None, *, kind: str | None = None) -> dict[str, Any]:
+    """Child metadata: name, namespace, labels, and the owner reference when the owner's uid is known."""
+    meta: dict[str, Any] = {"name": name}
+    if w.namespace:
+        meta["namespace"] = w.namespace
+    meta["labels"] = labels(w.name, kind or w.kind)
+    if uid:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": w.kind,
+                "name": w.name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def env_var(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def vllm_env(w: Workload, api_key: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """The vLLM container's environment: caches on the cache volume, telemetry off, secrets from Secrets.
+
+    User entries (engine.env) replace ours of the same name, in our order, then follow in theirs.
+    """
+    source = w.model.source
+    env = [
+        env_var("HOME", CACHE_MOUNT),
+        env_var("XDG_CACHE_HOME", CACHE_MOUNT),
+        env_var("HF_HOME", f"{CACHE_MOUNT}/huggingface"),
+        env_var("VLLM_CACHE_ROOT", f"{CACHE_MOUNT}/vllm"),
+        env_var("VLLM_NO_USAGE_STATS", "1"),
+        env_var("DO_NOT_TRACK", "1"),
+        env_var("VLLM_ENGINE_READY_TIMEOUT_S", str(w.engine.startup_timeout_seconds)),
+    ]
+    if source is not None and source.volume is not None:
+        env.append(env_var("HF_HUB_OFFLINE", "1"))
+    token = source.hugging_face.token_secret_ref if source and source.hugging_face else None
+    if token is not None:
+        env.append(secret_env("HF_TOKEN", token.name, token.key))
+    if api_key is not None:
+        env.append(secret_env("VLLM_API_KEY", *api_key))
+    user = {e.name: e.wire() for e in w.engine.env}
+    merged = [user.pop(e["name"], e) for e in env]
+    return merged + list(user.values())
+
+
+def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
+    gpu = resources.gpu if resources and resources.gpu else None
+    count = gpu.count if gpu else 1
+    name = gpu.resource_name if gpu else "nvidia.com/gpu"
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if resources and resources.cpu is not None:
+        requests["cpu"] = str(resources.cpu)
+    if resources and resources.memory is not None:
+        requests["memory"] = limits["memory"] = str(resources.memory)
+    if count:
+        requests[name] = limits[name] = str(count)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def gpu_count(resources: ResourcesSpec | None) -> int:
+    return resources.gpu.count if resources and resources.gpu else 1
+
+
+def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) -> dict[str, Any]:
+    """nodeSelector (with the GPU product), tolerations (with the GPU taint), affinity, priority class."""
+    spec: dict[str, Any] = {}
+    selector = dict(template.node_selector or {}) if template else {}
+    gpu = resources.gpu if resources and resources.gpu else None
+    if gpu and gpu.product:
+        selector[GPU_PRODUCT_LABEL] = gpu.product
+    if selector:
+        spec["nodeSelector"] = dict(sorted(selector.items()))
+    tolerations = list(template.tolerations or []) if template else []
+    if gpu_count(resources):
+        resource_name = gpu.resource_name if gpu else "nvidia.com/gpu"
+        taint = {"key": resource_name, "operator": "Exists", "effect": "NoSchedule"}
+        if taint not in tolerations:
+            tolerations.append(taint)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if template and template.affinity:
+        spec["affinity"] = template.affinity
+    if template and template.priority_class_name:
+        spec["priorityClassName"] = template.priority_class_name
+    return spec
+
+
+def pod_metadata(w: Workload, template: TemplateSpec | None) -> dict[str, Any]:
+    """Pod labels: the user's first, ours over them (selectors must match)."""
+    meta: dict[str, Any] = {"labels": {**(template.labels or {} if template else {}), **labels(w.name, w.kind)}}
+    if template and template.annotations:
+        meta["annotations"] = dict(template.annotations)
+    return meta
+
+
+def health_probes(port: str | int, startup_seconds: int) -> dict[str, Any]:
+    """vLLM refuses connections until the model is loaded, then answers /health: a long startup budget, then
+    tight readiness and a patient liveness."""
+
+    def probe(period: int, failures: int, timeout: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": "/health", "port": port},
+            "periodSeconds": period,
+            "failureThreshold": failures,
+            "timeoutSeconds": timeout,
+        }
+
+    return {
+        "startupProbe": probe(10, max(1, math.ceil(startup_seconds / 10)), 5),
+        "readinessProbe": probe(5, 3, 5),
+        "livenessProbe": probe(15, 4, 10),
+    }
+
+
+def vllm_volumes(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): /dev/shm in memory, a cache folder, and the model claim when the source is a volume."""
+    tp = w.engine.tensor_parallel_size or 1
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi" if tp > 1 else "2Gi"}},
+        {"name": "cache", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "cache", "mountPath": CACHE_MOUNT},
+    ]
+    source = w.model.source
+    if source is not None and source.volume is not None:
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": source.volume.claim_name, "readOnly": source.volume.read_only}}
+        )
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": source.volume.read_only})
+    return volumes, mounts
+
+
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}

@@ -1,0 +1,171 @@
+"""HiddenStateJob -> ServiceAccount, Role, RoleBinding, progress ConfigMap and the Indexed Job."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from pooling_operator.api import HiddenStateJob
+from pooling_operator.api.quantity import parse_quantity
+from pooling_operator.builders.common import (
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    BuildContext,
+    env_var,
+    field_env,
+    health_probes,
+    metadata,
+    placement,
+    pod_metadata,
+    resource_requirements,
+    vllm_env,
+    vllm_volumes,
+)
+from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, OUTPUT_MOUNT, output_dir, vllm_command
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.workload import workload
+
+# Driver exit codes that end the whole Job at once (a retry cannot help); see hidden_states/.
+EXIT_BUDGET_EXCEEDED = 3
+EXIT_DATASET_UNREADABLE = 4
+INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+
+
+def progress_configmap_name(name: str) -> str:
+    return f"{name}-progress"
+
+
+def shard_budget_bytes(resource: HiddenStateJob) -> int | None:
+    """The storage budget split evenly across shards (floor), or None without a budget."""
+    budget = resource.spec.output.storage_budget
+    if budget is None:
+        return None
+    return int(parse_quantity(str(budget))) // resource.spec.shards
+
+
+def dtype_bytes(dtype: str | None) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def driver_args(resource: HiddenStateJob) -> list[str]:
+    spec = resource.spec
+    w = workload(resource)
+    args = [
+        "hidden-states", "run",
+        "--shard", "$(JOB_COMPLETION_INDEX)",
+        "--shards", str(spec.shards),
+        "--dataset", posixpath.join(DATASET_MOUNT, spec.dataset.volume.path.lstrip("/")),
+        "--output", output_dir(spec.output.volume.path),
+        "--endpoint", f"http://127.0.0.1:{DEFAULT_PORT}",
+        "--model", w.served_name,
+        "--layers", ",".join(str(x) for x in spec.layers),
+        "--progress-configmap", progress_configmap_name(w.name),
+        "--dtype-bytes", str(dtype_bytes(spec.engine.dtype)),
+    ]
+    hints = spec.model.hints
+    if hints and hints.hidden_size:
+        args += ["--hidden-size", str(hints.hidden_size)]
+    budget = shard_budget_bytes(resource)
+    if budget is not None:
+        args += ["--budget-bytes", str(budget)]
+    return args
+
+
+def job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> dict[str, Any]:
+    spec = resource.spec
+    w = workload(resource)
+    argv = vllm_command(resource, c)
+    volumes, mounts = vllm_volumes(w)
+    volumes += [
+        {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
+        {"name": "output", "persistentVolumeClaim": {"claimName": spec.output.volume.claim_name}},
+    ]
+    output_mount = {"name": "output", "mountPath": OUTPUT_MOUNT}
+    vllm = {
+        "name": "vllm",
+        "image": w.engine.image,
+        # A native sidecar: started and probed before the driver, stopped when the driver exits.
+        "restartPolicy": "Always",
+        "command": argv[:2],
+        "args": argv[2:],
+        "env": [INDEX_ENV, *vllm_env(w)],
+        "ports": [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"}],
+        "startupProbe": health_probes("http", w.engine.startup_timeout_seconds)["startupProbe"],
+        "livenessProbe": health_probes("http", w.engine.startup_timeout_seconds)["livenessProbe"],
+        "resources": resource_requirements(spec.resources),
+        "volumeMounts": [*mounts, output_mount],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    driver = {
+        "name": "driver",
+        "image": ctx.operator_image,
+        "command": ["pooling-operator"],
+        "args": driver_args(resource),
+        "env": [INDEX_ENV, field_env("POD_NAMESPACE", "metadata.namespace"), env_var("PYTHONUNBUFFERED", "1")],
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": [
+            {"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True},
+            output_mount,
+        ],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": w.name,
+        "enableServiceLinks": False,
+        "securityContext": POD_SECURITY,
+        **placement(spec.template, spec.resources),
+        "initContainers": [vllm],
+        "containers": [driver],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(w, w.name, resource.metadata.uid),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.shards,
+            "parallelism": spec.parallelism or spec.shards,
+            "backoffLimitPerIndex": spec.backoff_limit_per_shard,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "driver",
+                            "operator": "In",
+                            "values": [EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE],
+                        },
+                    },
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                ]
+            },
+            "template": {"metadata": pod_metadata(w, spec.template), "spec": pod_spec},
+        },
+    }
+
+
+def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
+    w = workload(resource)
+    uid = resource.metadata.uid
+    cm = progress_configmap_name(w.name)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(w, w.name, uid)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": metadata(w, w.name, uid),
+            # The driver may touch only its job's progress ConfigMap.
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm], "verbs": ["get", "patch", "update"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata(w, w.name, uid),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": w.name},
+            "subjects": [{"kind": "ServiceAccount", "name": w.name, **({"namespace": w.namespace} if w.namespace else {})}],
+        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(w, cm, uid)},
+        job(resource, c, ctx),
+    ]

@@ -1,0 +1,161 @@
+"""pooling-operator: validate | render | crds (offline), run (the operator), hidden-states run (the Job driver)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
+from pooling_operator.api import AutoscalingPolicy
+from pooling_operator.api.crd import all_crds
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.builders import BuildContext, build
+from pooling_operator.manifests import ManifestError, dump_all, load
+from pooling_operator.vllm.contract import contract, resolve_version
+from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.validate import Result, validate
+
+EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(allow_trust_remote_code=args.allow_trust_remote_code)
+
+
+def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:
+    docs = list(load(paths))
+    policies: dict[str, AutoscalingPolicySpec] = {}
+    for doc in docs:
+        result = validate(doc.body, settings)
+        if isinstance(result.resource, AutoscalingPolicy) and result.ok:
+            policies[result.resource.metadata.name] = result.resource.spec
+    # Services are checked against the policies found in the same input, when there are any.
+    return [(doc.file, validate(doc.body, settings, policies or None)) for doc in docs]
+
+
+def _report(file: str, result: Result, out: Any) -> None:
+    for p in result.problems:
+        prefix = "warning: " if p.severity == "warning" else ""
+        print(f"{file}: {result.kind}/{result.name}: {p.path}: {prefix}{p.message}", file=out)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    results = _validate_all(args.paths, _settings(args))
+    for file, result in results:
+        _report(file, result, sys.stdout if result.errors else sys.stderr)
+    if not results:
+        print("no documents found", file=sys.stderr)
+        return EXIT_INPUT
+    return EXIT_INVALID if any(not r.ok for _, r in results) else EXIT_OK
+
+
+def _policy_for(resource: Any, policies: dict[str, AutoscalingPolicySpec]) -> AutoscalingPolicySpec | None:
+    autoscaling = getattr(resource.spec, "autoscaling", None)
+    if autoscaling is None:
+        return None
+    if autoscaling.policy_ref is not None:
+        return policies.get(autoscaling.policy_ref.name)
+    defaults = [p for p in policies.values() if p.default]
+    return defaults[0] if len(defaults) == 1 else None
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    results = _validate_all(args.paths, _settings(args))
+    policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy) and r.ok}
+    status = EXIT_OK
+    objects: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for file, result in results:
+        if not result.ok:
+            _report(file, result, sys.stderr)
+            status = EXIT_INVALID
+            continue
+        resource = result.resource
+        if resource is None or isinstance(resource, AutoscalingPolicy):
+            continue
+        version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
+        c = contract(version)  # type: ignore[arg-type]
+        ctx = BuildContext(operator_image=args.operator_image, policy=_policy_for(resource, policies))
+        if args.vllm_args:
+            namespace = resource.metadata.namespace or "default"
+            command = next(
+                o for o in build(resource, c, ctx) if o["kind"] in ("Deployment", "Job")
+            )
+            lines.append(f"{resource.kind}/{namespace}/{resource.metadata.name}:")
+            lines.append(shlex.join(_vllm_container_argv(command)))
+        else:
+            objects += build(resource, c, ctx)
+    if args.vllm_args:
+        if lines:
+            print("\n".join(lines))
+    elif objects:
+        sys.stdout.write(dump_all(objects))
+    return status
+
+
+def _vllm_container_argv(workload: dict[str, Any]) -> list[str]:
+    pod = workload["spec"]["template"]["spec"]
+    container = next(c for c in [*pod.get("initContainers", []), *pod["containers"]] if c["name"] == "vllm")
+    return [*container["command"], *container["args"]]
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    crds = all_crds()
+    if args.output_dir:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for crd in crds:
+            plural = crd["spec"]["names"]["plural"]
+            (out / f"{GROUP}_{plural}.yaml").write_text(dump_all([crd]), encoding="utf-8")
+    else:
+        sys.stdout.write(dump_all(crds))
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pooling-operator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def settings_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--allow-trust-remote-code",
+            action="store_true",
+            help="accept model.trustRemoteCode: true (the operator's setting of the same name)",
+        )
+
+    v = sub.add_parser("validate", help="validate resources offline; one line per problem")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="YAML files or folders (their *.yaml/*.yml, recursively)")
+    settings_flags(v)
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("render", help="print the objects the operator would create")
+    r.add_argument("paths", nargs="+", metavar="PATH")
+    r.add_argument("--vllm-args", action="store_true", help="print each resource's vLLM command line instead")
+    r.add_argument("--operator-image", default=OPERATOR_IMAGE, help=f"image of the hidden-state driver (default {OPERATOR_IMAGE})")
+    settings_flags(r)
+    r.set_defaults(func=cmd_render)
+
+    c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
+    c.add_argument("--output-dir", help="write one file per CRD into this folder instead")
+    c.set_defaults(func=cmd_crds)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:  # pragma: no cover - e.g. `| head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""spec -> `vllm serve` command line, deterministic: same spec, same list, same bytes."""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from typing import Any
+
+from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.services import SEQUENCE_POOLING, AutoscalingSpec
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.workload import Workload, workload
+
+MODEL_MOUNT = "/models"
+DEFAULT_PORT = 8000
+
+
+def compact(value: Any) -> str:
+    """JSON as vLLM reads it: compact, keys sorted."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def model_argument(w: Workload) -> str:
+    """What `vllm serve` gets as its model: the repo id, or the mounted folder for a volume source."""
+    source = w.model.source
+    if source is not None and source.volume is not None:
+        path = source.volume.path.strip("/")
+        return f"{MODEL_MOUNT}/{path}" if path else MODEL_MOUNT
+    return w.model.name
+
+
+def pooler_config(w: Workload) -> dict[str, Any]:
+    """--pooler-config: the one task always, pooling type, use_activation, default dimensions, chunking."""
+    config: dict[str, Any] = {"task": w.task}
+    pooling = w.pooling
+    if pooling is not None:
+        if pooling.type is not None:
+            key = "seq_pooling_type" if pooling.type in SEQUENCE_POOLING else "tok_pooling_type"
+            config[key] = pooling.type
+        if pooling.normalize is not None:
+            config["use_activation"] = pooling.normalize
+        if pooling.dimensions is not None:
+            config["dimensions"] = pooling.dimensions
+        chunked = pooling.chunked_processing
+        if chunked is not None and chunked.enabled:
+            config["enable_chunked_processing"] = True
+            if chunked.max_embed_len is not None:
+                config["max_embed_len"] = chunked.max_embed_len
+    return config
+
+
+def hf_overrides(w: Workload) -> dict[str, Any]:
+    overrides = dict(w.model.hf_overrides or {})
+    if w.model.matryoshka_dimensions:
+        overrides["matryoshka_dimensions"] = sorted(set(w.model.matryoshka_dimensions))
+    return overrides
+
+
+def latency_buckets(target: float) -> list[float]:
+    """Request-latency buckets bracketing a p99 target finely, then vLLM's defaults above it.
+
+    vLLM's defaults start at 0.3 s: too coarse for embeddings answering in tens of milliseconds.
+    """
+    factors = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
+    fine = {_round(target * f) for f in factors}
+    coarse = {b for b in (0.3, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 480, 1920) if b > target * 5}
+    return sorted(b for b in fine | coarse if b > 0)
+
+
+def _round(x: float) -> float:
+    if x <= 0:
+        return 0.0
+    digits = max(0, 3 - math.floor(math.log10(x)))
+    return round(x, digits)
+
+
+def _max_logprobs(w: Workload, c: Contract) -> int | None:
+    """Raised to the label count when above vLLM's default, unless extraArgs already set it."""
+    if w.generative is None or any(a.split("=", 1)[0].replace("_", "-") == "--max-logprobs" for a in w.engine.extra_args):
+        return None
+    count = len(w.generative.labels)
+    return count if count > c.max_logprobs_default else None
+
+
+def storage_path(output_path: str) -> str:
+    """vLLM's staging folder for one shard, inside the output volume (the index comes from the pod env)."""
+    return f"{output_path.rstrip('/')}/.staging/shard-$(JOB_COMPLETION_INDEX)"
+
+
+OUTPUT_MOUNT = "/output"
+DATASET_MOUNT = "/dataset"
+
+
+def output_dir(path_in_claim: str) -> str:
+    """The output folder as the pod sees it (the claim is mounted at OUTPUT_MOUNT)."""
+    return posixpath.normpath(posixpath.join(OUTPUT_MOUNT, path_in_claim.lstrip("/")))
+
+
+def vllm_command(
+    resource: PoolingService | ScoringService | HiddenStateJob,
+    c: Contract,
+    *,
+    port: int | None = None,
+    autoscaling: AutoscalingSpec | None = None,
+    p99_target: float | None = None,
+) -> list[str]:
+    """The vLLM container's full command line (command + args)."""
+    w = workload(resource)
+    engine = w.engine
+    argv = ["vllm", "serve", model_argument(w), "--served-model-name", w.served_name]
+    if w.hidden_states:
+        argv += ["--host", "127.0.0.1", "--port", str(DEFAULT_PORT)]
+    else:
+        argv += ["--host", "0.0.0.0", "--port", str(port or DEFAULT_PORT)]
+    source = w.model.source
+    if w.model.revision and (source is None or source.hugging_face is not None):
+        argv += ["--revision", w.model.revision]
+    if w.model.trust_remote_code:
+        argv += ["--trust-remote-code"]
+    argv += ["--runner", w.runner]
+    if w.runner == "pooling":
+        if w.convert != "auto":
+            argv += ["--convert", w.convert]
+        argv += ["--pooler-config", compact(pooler_config(w))]
+    overrides = hf_overrides(w)
+    if overrides:
+        argv += ["--hf-overrides", compact(overrides)]
+    for flag, value in (
+        ("--dtype", engine.dtype),
+        ("--max-model-len", engine.max_model_len),
+        ("--max-num-batched-tokens", engine.max_num_batched_tokens),
+        ("--max-num-seqs", engine.max_num_seqs),
+        ("--tensor-parallel-size", engine.tensor_parallel_size),
+        ("--gpu-memory-utilization", engine.gpu_memory_utilization),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    logprobs = _max_logprobs(w, c)
+    if logprobs is not None:
+        argv += ["--max-logprobs", str(logprobs)]
+    if isinstance(resource, HiddenStateJob):
+        spec = resource.spec
+        speculative = {
+            "method": "extract_hidden_states",
+            "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(spec.layers)}},
+        }
+        extra = {**(spec.connector.extra_config or {}), "shared_storage_path": storage_path(output_dir(spec.output.volume.path))}
+        transfer = {"kv_connector": spec.connector.name, "kv_role": "kv_producer", "kv_connector_extra_config": extra}
+        argv += [
+            "--speculative-config", compact(speculative),
+            "--kv-transfer-config", compact(transfer),
+            "--no-enable-chunked-prefill",
+        ]
+    if p99_target is not None:
+        argv += ["--custom-histogram-buckets", compact({"request_latency": latency_buckets(p99_target)})]
+    argv += list(engine.extra_args)
+    return argv

@@ -1,0 +1,154 @@
+"""vLLM's contract per version: flags, routes, limits (reference: shared/reference/vllm-contract.md).
+
+The flag tables come from real `vllm serve --help=all` output (0.32) and the 0.33.0 distribution; see
+flags/README.md for how they were produced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+SUPPORTED_VERSIONS = ("0.32", "0.33")
+
+ALWAYS_ROUTES = ("/health", "/ping", "/metrics", "/v1/models", "/version", "/tokenize", "/detokenize", "/invocations")
+# The API-key middleware guards only these prefixes (serve/middleware/authenticate.py:11-62).
+PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+SCORE_ROUTES = ("/score", "/rerank", "/v2/rerank")
+HIDDEN_STATE_CONNECTORS = ("ExampleHiddenStatesConnector",)
+CONNECTOR_EXTRA_KEYS = ("shared_storage_path", "num_writer_threads", "allow_custom_save_path", "use_synchronization_lock")
+DEFAULT_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
+QUEUE_METRIC = "vllm:num_requests_waiting"
+LATENCY_METRIC = "vllm:e2e_request_latency_seconds"
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    takes_value: bool
+    choices: tuple[str, ...] | None = None
+    negation_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What one vLLM minor version accepts and exposes."""
+
+    version: str
+    flags: dict[str, Flag] = field(repr=False)
+    aliases: dict[str, str] = field(repr=False)
+    json_flags: frozenset[str] = field(repr=False)
+    max_logprobs_default: int = 20
+    max_logprob_token_ids: int = 128
+    # 0.33 serves token embeddings on /v1/embeddings when the task is token_embed.
+    embeddings_route_for_token_embed: bool = False
+
+    def canonical(self, option: str) -> str | None:
+        """The flag an option string means: aliases resolved, `_` read as `-`, dotted JSON keys folded to their
+        flag, `=value` dropped. None when this version has no such flag."""
+        name = option.split("=", 1)[0]
+        if name in self.aliases:
+            return self.aliases[name]
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+            if name in self.flags:
+                return name
+            base = name.split(".", 1)[0]
+            if "." in name and base in self.json_flags:
+                return base
+        return None
+
+    def owner_of(self, flag: str) -> str:
+        """The positive flag of a --no-x / --disable-x form (or the flag itself)."""
+        info = self.flags.get(flag)
+        return info.negation_of if info and info.negation_of else flag
+
+    def routes(self, task: str | None, *, score: bool, generate: bool = False) -> list[str]:
+        """Routes that answer (not 501) for a server of this task (contract §4)."""
+        if generate:
+            return ["/generative_scoring", "/v1/completions", "/v1/chat/completions"]
+        out: list[str] = []
+        if task == "embed":
+            out += ["/v1/embeddings", "/v2/embed"]
+        if task == "token_embed" and self.embeddings_route_for_token_embed:
+            out += ["/v1/embeddings"]
+        if task == "classify":
+            out += ["/classify"]
+        out += ["/pooling"]
+        if score:
+            out += list(SCORE_ROUTES)
+        return out
+
+    @staticmethod
+    def unprotected(routes: list[str]) -> list[str]:
+        """Routes the API key leaves open, including the always-mounted ones."""
+        every = list(dict.fromkeys([*routes, *ALWAYS_ROUTES]))
+        return [r for r in every if not r.startswith(PROTECTED_PREFIXES)]
+
+
+def _load_flags(version: str) -> dict[str, Any]:
+    text = resources.files("pooling_operator.vllm").joinpath(f"flags/vllm-{version}.json").read_text()
+    return json.loads(text)
+
+
+@cache
+def contract(version: str) -> Contract:
+    """The contract of a supported version (raises KeyError for others; see resolve_version)."""
+    if version not in SUPPORTED_VERSIONS:
+        raise KeyError(version)
+    data = _load_flags(version)
+    flags = {
+        name: Flag(
+            name=name,
+            takes_value=bool(info.get("value")),
+            choices=tuple(info["choices"]) if info.get("choices") else None,
+            negation_of=info.get("negation_of"),
+        )
+        for name, info in data["flags"].items()
+    }
+    return Contract(
+        version=version,
+        flags=flags,
+        aliases=dict(data.get("aliases", {})),
+        json_flags=frozenset(data.get("json_flags", [])),
+        embeddings_route_for_token_embed=version != "0.32",
+    )
+
+
+_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (digest dropped), or None when it has none."""
+    ref = image.split("@", 1)[0]
+    name, sep, tag = ref.rpartition(":")
+    if not sep or not name or "/" in tag:
+        return None
+    return tag
+
+
+def resolve_version(explicit: str | None, image: str) -> tuple[str | None, str | None]:
+    """(version, error). An explicit engine.version wins; otherwise the image tag (v0.33.0 -> 0.33)."""
+    supported = ", ".join(SUPPORTED_VERSIONS)
+    if explicit:
+        if explicit in SUPPORTED_VERSIONS:
+            return explicit, None
+        return None, f"no rules for vLLM {explicit}; supported versions: {supported}"
+    tag = image_tag(image)
+    match = _VERSION_TAG.match(tag or "")
+    if not match:
+        return None, (
+            f"cannot read a vLLM version from the tag of image {image!r}; set spec.engine.version to one of "
+            f"{supported}"
+        )
+    version = f"{int(match.group(1))}.{int(match.group(2))}"
+    if version not in SUPPORTED_VERSIONS:
+        return None, (
+            f"image {image!r} is vLLM {version}, which has no rules here; supported versions: {supported} "
+            "(or set spec.engine.version)"
+        )
+    return version, None

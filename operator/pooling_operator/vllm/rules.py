@@ -1,0 +1,642 @@
+"""vLLM's rules, per contract version, each returning Problems with the field path and what is accepted.
+
+Every check here is pure: resource values in, Problems out. The cross-field rules that CEL also enforces
+at admission carry the same message as their CEL twin (api/), so a user reads one sentence wherever a rule
+fires.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.problems import Problem
+from pooling_operator.api.services import (
+    EMBEDDING_SPACE_MESSAGE,
+    EMBEDDING_TASKS,
+    MATRYOSHKA_RULE,
+    SEQUENCE_POOLING,
+    SEQUENCE_TASKS,
+    AutoscalingSpec,
+)
+from pooling_operator.vllm.contract import (
+    CONNECTOR_EXTRA_KEYS,
+    HIDDEN_STATE_CONNECTORS,
+    Contract,
+    contract,
+    resolve_version,
+)
+from pooling_operator.vllm.models import BGE_M3, MLA
+from pooling_operator.vllm.workload import Workload, workload
+
+__all__ = ["EMBEDDING_SPACE_MESSAGE", "Settings", "check", "owned_flags"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings that validation depends on."""
+
+    allow_trust_remote_code: bool = False
+
+
+# Flags the operator sets from typed fields (flag -> the field to use instead).
+COMMON_OWNED = {
+    "--model": "spec.model.name",
+    "--served-model-name": "spec.model.servedName",
+    "--revision": "spec.model.revision",
+    "--trust-remote-code": "spec.model.trustRemoteCode",
+    "--hf-overrides": "spec.model.hfOverrides or spec.model.matryoshkaDimensions",
+    "--host": "(set by the operator)",
+    "--port": "spec.service.port",
+    "--runner": "spec.task or spec.mode",
+    "--convert": "spec.convert",
+    "--pooler-config": "spec.pooling and spec.task",
+    "--dtype": "spec.engine.dtype",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
+    "--max-num-seqs": "spec.engine.maxNumSeqs",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--custom-histogram-buckets": "spec.autoscaling.p99LatencySeconds",
+}
+SECRET_FLAGS = {
+    "--api-key": "spec.service.apiKeySecretRef",
+    "--hf-token": "spec.model.source.huggingFace.tokenSecretRef",
+}
+HIDDEN_STATE_OWNED = {
+    "--speculative-config": "spec.layers",
+    "--spec-method": "spec.layers",
+    "--spec-model": "spec.layers",
+    "--spec-tokens": "spec.layers",
+    "--kv-transfer-config": "spec.connector",
+    "--enable-chunked-prefill": "(off for hidden-state extraction, as vLLM's docs require)",
+}
+# Flags that vLLM accepts only together with another (serve arg checks).
+REQUIRES = {"--enable-log-outputs": "--enable-log-requests"}
+# Batching features vLLM turns off for encoders and for MEAN/CLS/STEP pooling; forcing them on makes vLLM warn
+# that it "may cause the engine to crash or produce incorrect outputs" (config/model.py:2175-2256).
+UNSAFE_FOR_NON_CHUNKING_POOLERS = ("--enable-chunked-prefill", "--enable-prefix-caching")
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
+
+
+def owned_flags(w: Workload) -> dict[str, str]:
+    owned = dict(COMMON_OWNED)
+    if w.hidden_states:
+        owned.update(HIDDEN_STATE_OWNED)
+    return owned
+
+
+def check(
+    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
+    settings: Settings | None = None,
+    policies: Mapping[str, AutoscalingPolicySpec] | None = None,
+) -> list[Problem]:
+    """Every rule of the resource's vLLM version; empty when the resource is valid."""
+    if isinstance(resource, AutoscalingPolicy):
+        return sorted(_policy(resource))
+    w = workload(resource)
+    problems = list(_common(w, settings or Settings()))
+    version, error = resolve_version(w.engine.version, w.engine.image)
+    c = contract(version) if version else None
+    if error:
+        problems.append(Problem("spec.engine.version" if w.engine.version else "spec.engine.image", error))
+    if c is not None:
+        problems += _extra_args(w, c, _needs_metrics(resource))
+    if isinstance(resource, PoolingService):
+        problems += _pooling_service(resource, w)
+    elif isinstance(resource, ScoringService):
+        problems += _scoring_service(resource, w, c)
+    else:
+        problems += _hidden_state_job(resource, w)
+    if isinstance(resource, PoolingService | ScoringService) and resource.spec.autoscaling:
+        problems += _autoscaling(resource.spec.autoscaling, policies)
+    return sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message))
+
+
+def _needs_metrics(resource: object) -> bool:
+    spec = getattr(resource, "spec", None)
+    monitoring = getattr(spec, "monitoring", None)
+    return bool(
+        getattr(spec, "autoscaling", None)
+        or (monitoring and (monitoring.service_monitor or monitoring.pod_monitor))
+    )
+
+
+# ---- model and engine (every workload) --------------------------------------------------------------------
+
+
+def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
+    model, engine = w.model, w.engine
+    source = model.source
+    if source is not None and (source.hugging_face is None) == (source.volume is None):
+        yield Problem("spec.model.source", "exactly one of huggingFace or volume must be set")
+    from_hub = source is None or source.hugging_face is not None
+    if from_hub and not model.revision:
+        yield Problem(
+            "spec.model.revision",
+            "no revision pinned: every new pod downloads whatever the repository's main branch holds then; "
+            "set a commit sha",
+            "warning",
+        )
+    if not from_hub and model.revision:
+        yield Problem("spec.model.revision", "a revision applies only to huggingFace sources; remove it for a volume")
+    if model.trust_remote_code and not settings.allow_trust_remote_code:
+        yield Problem(
+            "spec.model.trustRemoteCode",
+            "running a model repository's own code is not allowed by this operator's settings "
+            "(--allow-trust-remote-code); use a model vLLM supports natively or ask the platform team",
+        )
+    if model.matryoshka_dimensions and len(set(model.matryoshka_dimensions)) != len(model.matryoshka_dimensions):
+        yield Problem("spec.model.matryoshkaDimensions", "sizes must be distinct")
+    for key, field in (("matryoshka_dimensions", "spec.model.matryoshkaDimensions"), ("is_matryoshka", "spec.model.matryoshkaDimensions")):
+        if model.hf_overrides and key in model.hf_overrides:
+            yield Problem(
+                f"spec.model.hfOverrides.{key}",
+                f"{key} is owned by the typed field {field}; declare the Matryoshka sizes there",
+            )
+    archs = (model.hf_overrides or {}).get("architectures")
+    if archs is not None and not (isinstance(archs, list) and archs and all(isinstance(a, str) and a for a in archs)):
+        yield Problem("spec.model.hfOverrides.architectures", "must be a non-empty list of architecture names")
+    hints = model.hints
+    if hints and hints.max_model_len and engine.max_model_len and engine.max_model_len > hints.max_model_len:
+        yield Problem(
+            "spec.engine.maxModelLen",
+            f"{engine.max_model_len} is longer than the model allows (model.hints.maxModelLen "
+            f"{hints.max_model_len}); vLLM refuses it at startup; use at most {hints.max_model_len}",
+        )
+    if hints and hints.num_attention_heads and engine.tensor_parallel_size:
+        if hints.num_attention_heads % engine.tensor_parallel_size:
+            divisors = [d for d in range(1, hints.num_attention_heads + 1) if hints.num_attention_heads % d == 0 and d <= 64]
+            yield Problem(
+                "spec.engine.tensorParallelSize",
+                f"{engine.tensor_parallel_size} does not divide the model's {hints.num_attention_heads} attention "
+                f"heads; use one of {divisors}",
+            )
+    if engine.max_num_batched_tokens and engine.max_num_seqs and engine.max_num_batched_tokens < engine.max_num_seqs:
+        yield Problem(
+            "spec.engine.maxNumBatchedTokens",
+            f"{engine.max_num_batched_tokens} is below maxNumSeqs {engine.max_num_seqs}; vLLM requires "
+            "maxNumBatchedTokens >= maxNumSeqs",
+        )
+    for i, env in enumerate(engine.env):
+        if env.name in SECRET_ENV and env.value is not None:
+            yield Problem(
+                f"spec.engine.env[{i}].value",
+                f"{env.name} is a secret: take it from a Secret (valueFrom.secretKeyRef, or the typed "
+                "apiKeySecretRef / tokenSecretRef fields), never a literal value",
+            )
+        if env.name == "VLLM_PORT" and env.value is not None and not env.value.isdigit():
+            yield Problem(
+                f"spec.engine.env[{i}].value",
+                f"VLLM_PORT must be a port number; vLLM refuses {env.value!r} at startup ('appears to be a URI')",
+            )
+        if env.value is not None and env.value_from is not None:
+            yield Problem(f"spec.engine.env[{i}]", "set value or valueFrom, not both")
+
+
+def parsed_extra_args(w: Workload, c: Contract) -> dict[str, str | None]:
+    """{flag as written canonically: its value} for the flags of engine.extraArgs this version knows (the
+    last occurrence wins, as in vLLM); ``--no-x`` forms keep their own name."""
+    args = w.engine.extra_args
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        flag = c.canonical(arg) if arg.startswith("-") else None
+        if flag is None:
+            continue
+        value: str | None = arg.split("=", 1)[1] if "=" in arg else None
+        if c.flags[flag].takes_value and value is None and i < len(args):
+            if not args[i].startswith("-") or _is_number(args[i]):
+                value = args[i]
+                i += 1
+        out[flag] = value
+    return out
+
+
+def _extra_args(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Problem]:
+    yield from _extra_args_each(w, c, needs_metrics)
+    given = parsed_extra_args(w, c)
+    for flag, needed in REQUIRES.items():
+        if flag in given and needed not in given:
+            yield Problem("spec.engine.extraArgs", f"{flag} requires {needed} (vLLM refuses it alone)")
+    if w.runner == "pooling" and not _can_chunk(w):
+        for flag in UNSAFE_FOR_NON_CHUNKING_POOLERS:
+            if flag in given:
+                yield Problem(
+                    "spec.engine.extraArgs",
+                    f"{flag} on a model vLLM cannot chunk ({_chunk_reason(w)}): vLLM warns it may crash the engine "
+                    "or produce incorrect outputs; remove it",
+                )
+    if w.generative is not None and "--max-logprobs" in given:
+        raw = given["--max-logprobs"]
+        count = len(w.generative.labels)
+        try:
+            value = int(raw or "")
+        except ValueError:
+            yield Problem("spec.engine.extraArgs", f"--max-logprobs takes an integer, got {raw!r}")
+        else:
+            if value != -1 and value < count:
+                yield Problem(
+                    "spec.engine.extraArgs",
+                    f"--max-logprobs {value} is below the {count} label tokens scored; remove it (the operator "
+                    f"raises it when needed) or use at least {count}",
+                )
+
+
+def _extra_args_each(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Problem]:
+    owned = owned_flags(w)
+    args = w.engine.extra_args
+    seen: dict[str, int] = {}
+    i = 0
+    while i < len(args):
+        arg, path = args[i], f"spec.engine.extraArgs[{i}]"
+        i += 1
+        if not arg.startswith("-") or arg in ("-", "--"):
+            yield Problem(
+                path,
+                f"{arg!r} is not a flag: extraArgs holds `vllm serve` flags, each followed by its value when it "
+                "takes one (the model goes in spec.model.name)",
+            )
+            continue
+        flag = c.canonical(arg)
+        name = arg.split("=", 1)[0]
+        if flag is None:
+            yield Problem(path, _unknown_flag_message(name, w, c))
+            continue
+        info = c.flags[flag]
+        positive = c.owner_of(flag)
+        if positive in seen:
+            yield Problem(path, f"{name} repeats extraArgs[{seen[positive]}]; vLLM would silently keep only the last")
+        seen.setdefault(positive, i - 1)
+        if positive in SECRET_FLAGS:
+            yield Problem(path, f"secrets never go in arguments: set {SECRET_FLAGS[positive]} instead of {name}")
+        elif positive in owned:
+            yield Problem(path, f"{name} is set by the operator from {owned[positive]}; set that instead")
+        elif positive == "--disable-log-stats" and needs_metrics:
+            yield Problem(path, "--disable-log-stats removes every vllm:* metric, which autoscaling and monitoring read")
+        value: str | None = arg.split("=", 1)[1] if "=" in arg else None
+        if info.takes_value and value is None:
+            if i < len(args) and (not args[i].startswith("-") or _is_number(args[i])):
+                value = args[i]
+                i += 1
+            else:
+                yield Problem(path, f"{name} takes a value: put it in the next element or write {name}=VALUE")
+                continue
+        elif not info.takes_value and value is not None:
+            yield Problem(path, f"{name} is a switch and takes no value")
+            continue
+        if info.choices and value is not None and value not in info.choices:
+            yield Problem(path, f"{name} accepts one of {', '.join(info.choices)}; got {value!r}")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _unknown_flag_message(name: str, w: Workload, c: Contract) -> str:
+    if name.replace("_", "-") == "--task":
+        field = "spec.task" if w.kind == "PoolingService" else "spec.mode"
+        return f"vLLM has no --task flag (it became --runner/--convert and the pooler task); set {field} instead"
+    if name == "--disable-log-requests":
+        return (
+            f"vLLM {c.version} has no --disable-log-requests: request logging is off by default "
+            "(use --no-enable-log-requests to say so)"
+        )
+    close = difflib.get_close_matches(name, list(c.flags), n=2, cutoff=0.75)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"vLLM {c.version} has no flag {name}{hint}"
+
+
+# ---- PoolingService ----------------------------------------------------------------------------------------
+
+
+def _pooling(w: Workload, base: str) -> Iterator[Problem]:
+    """Pooler settings shared by PoolingService and a biEncoder ScoringService."""
+    pooling = w.pooling
+    task = w.task or ""
+    if pooling is None:
+        return
+    if pooling.type is not None and (task in SEQUENCE_TASKS) != (pooling.type in SEQUENCE_POOLING):
+        allowed = "CLS, MEAN or LAST" if task in SEQUENCE_TASKS else "ALL or STEP"
+        yield Problem(
+            f"{base}.type",
+            f"{pooling.type} does not fit task {task}: pooling.type must be CLS, MEAN or LAST for the sequence "
+            f"tasks embed and classify, ALL or STEP for the token tasks token_embed and token_classify "
+            f"(use {allowed})",
+        )
+    if pooling.dimensions is not None:
+        declared = w.model.matryoshka_dimensions
+        if task not in EMBEDDING_TASKS:
+            yield Problem(f"{base}.dimensions", "pooling.dimensions applies only to the embedding tasks embed and token_embed")
+        elif not declared:
+            yield Problem(
+                f"{base}.dimensions",
+                f"{MATRYOSHKA_RULE['message']}: the model declares no Matryoshka support, so vLLM would answer "
+                "every embedding request with 400",
+            )
+        elif pooling.dimensions not in declared:
+            yield Problem(
+                f"{base}.dimensions",
+                f"{MATRYOSHKA_RULE['message']}: {pooling.dimensions} is not in {sorted(declared)}",
+            )
+    chunked = pooling.chunked_processing
+    if chunked and chunked.max_embed_len and not chunked.enabled:
+        yield Problem(f"{base}.chunkedProcessing.maxEmbedLen", "applies only when chunkedProcessing.enabled is true")
+    if chunked and chunked.enabled and task != "embed":
+        yield Problem(f"{base}.chunkedProcessing.enabled", "chunked processing applies only to the embed task")
+
+
+def _task_support(w: Workload, task_path: str) -> Iterator[Problem]:
+    """The task must be one the (converted) model supports; else vLLM dies at startup."""
+    task, convert = w.task or "", w.convert
+    if convert == "embed" and task not in EMBEDDING_TASKS:
+        yield Problem(
+            "spec.convert",
+            f"convert embed adapts a model to embed or token_embed, not {task}; use convert classify or auto",
+        )
+    if convert == "classify" and task in EMBEDDING_TASKS:
+        yield Problem(
+            "spec.convert",
+            f"convert classify adapts a model to classify or token_classify, not {task}; use convert embed or auto",
+        )
+    f = w.facts
+    if f is None:
+        if _is_bge_m3(w) and task in ("token_embed", "token_classify"):
+            yield _bge_m3_problem(task)
+        return
+    if f.native == "generate" and convert == "none":
+        yield Problem(
+            "spec.convert",
+            f"{f.architecture} is a generative model: it does not support the pooling runner without a conversion; "
+            "use convert auto, embed or classify",
+        )
+        return
+    if f.native != "generate" and convert in ("embed", "classify"):
+        native_tasks = f.supported_tasks("none")
+        if task not in native_tasks:
+            yield Problem(
+                "spec.convert",
+                f"convert {convert} has no effect on {f.architecture}, which is already a pooling model serving "
+                f"{', '.join(native_tasks)}; vLLM would fail at startup with 'Unsupported task: {task}'",
+            )
+            return
+    supported = f.supported_tasks(convert)
+    if task not in supported:
+        if _is_bge_m3(w) and f.architecture != BGE_M3 and task in ("token_embed", "token_classify"):
+            yield _bge_m3_problem(task)
+            return
+        yield Problem(
+            task_path,
+            f"{f.architecture} (convert {convert}) serves {', '.join(supported)}, not {task}; vLLM would fail at "
+            f"startup with 'Unsupported task: {task}'",
+        )
+
+
+def _is_bge_m3(w: Workload) -> bool:
+    return w.model.name.lower().rstrip("/").endswith("bge-m3")
+
+
+def _bge_m3_problem(task: str) -> Problem:
+    head = "sparse (token_classify)" if task == "token_classify" else "ColBERT (token_embed)"
+    return Problem(
+        "spec.model.hfOverrides.architectures",
+        f"BGE-M3's {head} head exists only in vLLM's {BGE_M3}: set model.hfOverrides.architectures to "
+        f"[{BGE_M3}] (the repository declares XLMRobertaModel)",
+    )
+
+
+def _chunked_prefill_off_by_flag(w: Workload) -> bool:
+    args = {a.split("=", 1)[0].replace("_", "-") for a in w.engine.extra_args}
+    return bool(args & {"--no-enable-chunked-prefill", "--disable-chunked-prefill"})
+
+
+def _chunk_reason(w: Workload) -> str | None:
+    """Why vLLM cannot chunk this workload's prompts, or None when it can."""
+    if w.hidden_states:
+        return "chunked prefill is off for hidden-state extraction"
+    if _chunked_prefill_off_by_flag(w):
+        return "extraArgs turn chunked prefill off"
+    if w.runner == "generate":
+        return None
+    pooling_type = w.pooling.type if w.pooling else None
+    f = w.facts
+    if pooling_type in ("MEAN", "CLS", "STEP"):
+        return f"{pooling_type} pooling needs the whole prompt in one step, so vLLM turns chunked prefill off"
+    if f is not None and f.is_decoder:
+        return None  # a causal decoder with LAST/ALL pooling chunks its prompts
+    if f is not None:
+        return f"{f.architecture} is an encoder, which vLLM cannot chunk"
+    return (
+        "vLLM chunks prompts only for causal decoders with LAST or ALL pooling (declare "
+        "model.hints.architectures and pooling.type if this is one)"
+    )
+
+
+def _can_chunk(w: Workload) -> bool:
+    return _chunk_reason(w) is None
+
+
+def _batched_tokens(w: Workload) -> Iterator[Problem]:
+    """maxNumBatchedTokens >= maxModelLen wherever vLLM cannot chunk the prompt (config/scheduler.py:314-326)."""
+    engine = w.engine
+    mnbt = engine.max_num_batched_tokens
+    mml = engine.max_model_len or (w.model.hints.max_model_len if w.model.hints else None)
+    if not mnbt or not mml or mnbt >= mml:
+        return
+    reason = _chunk_reason(w)
+    if reason is None:
+        return
+    field = "maxModelLen" if engine.max_model_len else "model.hints.maxModelLen"
+    yield Problem(
+        "spec.engine.maxNumBatchedTokens",
+        f"{mnbt} is smaller than {field} {mml}: {reason}; raise maxNumBatchedTokens to at least {mml} or lower "
+        "maxModelLen",
+    )
+
+
+def _pooling_service(resource: PoolingService, w: Workload) -> Iterator[Problem]:
+    yield from _pooling(w, "spec.pooling")
+    yield from _task_support(w, "spec.task")
+    yield from _batched_tokens(w)
+
+
+# ---- ScoringService ----------------------------------------------------------------------------------------
+
+
+def _scoring_service(resource: ScoringService, w: Workload, c: Contract | None) -> Iterator[Problem]:
+    spec = resource.spec
+    if (spec.mode == "generative") != (spec.generative is not None):
+        yield Problem("spec.generative", "generative must be set exactly when mode is generative")
+    if spec.pooling is not None and spec.mode != "biEncoder":
+        yield Problem("spec.pooling", "pooling applies only to mode biEncoder")
+    hints = w.model.hints
+    f = w.facts
+    if spec.mode == "generative":
+        if f is not None and f.native != "generate":
+            yield Problem(
+                "spec.model.hints.architectures",
+                f"generative scoring needs a causal LM (runner generate); {f.architecture} is a pooling model",
+            )
+        if spec.generative is not None:
+            yield from _labels(spec, c)
+        yield from _batched_tokens(w)
+        return
+    if spec.mode == "biEncoder":
+        yield from _pooling(w, "spec.pooling")
+    if spec.mode == "crossEncoder" and hints and hints.num_labels is not None and hints.num_labels != 1:
+        yield Problem(
+            "spec.model.hints.numLabels",
+            f"a cross-encoder scores with one output, but the model has {hints.num_labels} labels; vLLM mounts "
+            "/score and /rerank only when num_labels == 1 (serve it as a PoolingService with task classify)",
+        )
+    if spec.mode == "lateInteraction" and f is not None and "token_embed" not in f.supported_tasks("auto"):
+        yield Problem(
+            "spec.model.hints.architectures",
+            f"late interaction needs per-token embeddings (token_embed); {f.architecture} serves "
+            f"{', '.join(f.supported_tasks('auto'))}",
+        )
+    else:
+        yield from _task_support(w, "spec.mode")
+    yield from _batched_tokens(w)
+
+
+def _labels(spec: object, c: Contract | None) -> Iterator[Problem]:
+    generative = spec.generative  # type: ignore[attr-defined]
+    hints = spec.model.hints  # type: ignore[attr-defined]
+    labels = generative.labels
+    limit = c.max_logprob_token_ids if c else 128
+    if len(labels) > limit:
+        yield Problem("spec.generative.labels", f"at most {limit} label tokens (vLLM's logprob_token_ids limit); got {len(labels)}")
+    seen: dict[int, int] = {}
+    for i, label in enumerate(labels):
+        if label.id in seen:
+            yield Problem(
+                f"spec.generative.labels[{i}].id",
+                f"label token ids must be distinct: {label.id} repeats labels[{seen[label.id]}]",
+            )
+        seen.setdefault(label.id, i)
+        if hints and hints.vocab_size is not None and label.id >= hints.vocab_size:
+            yield Problem(
+                f"spec.generative.labels[{i}].id",
+                f"{label.id} is out of the vocabulary range [0, {hints.vocab_size}) (model.hints.vocabSize)",
+            )
+
+
+# ---- HiddenStateJob ----------------------------------------------------------------------------------------
+
+
+def _hidden_state_job(resource: HiddenStateJob, w: Workload) -> Iterator[Problem]:
+    spec = resource.spec
+    hints = spec.model.hints
+    layers = spec.layers
+    if len(set(layers)) != len(layers):
+        dupes = sorted({x for x in layers if layers.count(x) > 1})
+        yield Problem(
+            "spec.layers",
+            f"layer ids must be unique; {dupes} repeat (vLLM accepts duplicates, then crashes on the first request)",
+        )
+    elif layers != sorted(layers):
+        yield Problem("spec.layers", f"layers must be in ascending order: {sorted(layers)}")
+    if hints and hints.num_hidden_layers is not None:
+        for i, layer in enumerate(layers):
+            if layer > hints.num_hidden_layers:
+                yield Problem(
+                    f"spec.layers[{i}]",
+                    f"layer {layer} does not exist: valid ids are 0 (the embeddings) to {hints.num_hidden_layers} "
+                    "(model.hints.numHiddenLayers, the last layer); vLLM would silently write another layer",
+                )
+    f = w.facts
+    if f is not None and f.native != "generate":
+        yield Problem(
+            "spec.model.hints.architectures",
+            f"hidden-state extraction runs a generate model with vLLM's EAGLE-3 interface; {f.architecture} is a "
+            "pooling model",
+        )
+    if f is not None and f.architecture in MLA:
+        yield Problem(
+            "spec.model.hints.architectures",
+            f"{f.architecture} uses multi-head latent attention, which the hidden-state connector does not support",
+        )
+    if spec.connector.name not in HIDDEN_STATE_CONNECTORS:
+        yield Problem(
+            "spec.connector.name",
+            f"{spec.connector.name} is not a hidden-state connector; use one of {', '.join(HIDDEN_STATE_CONNECTORS)}",
+        )
+    extra = spec.connector.extra_config or {}
+    for key, value in sorted(extra.items()):
+        path = f"spec.connector.extraConfig.{key}"
+        if key not in CONNECTOR_EXTRA_KEYS:
+            yield Problem(path, f"unknown connector key; known keys: {', '.join(CONNECTOR_EXTRA_KEYS)}")
+        elif key == "shared_storage_path":
+            yield Problem(
+                path,
+                "set by the operator to a staging folder inside spec.output.volume so finished files move "
+                "atomically; remove it",
+            )
+        elif key == "use_synchronization_lock" and value is not True:
+            yield Problem(path, "must stay true: the driver waits on the connector's lock before reading a file")
+        elif key == "allow_custom_save_path" and value is not False:
+            yield Problem(path, "must stay false: the operator owns where files are written")
+        elif key == "num_writer_threads" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            yield Problem(path, "must be a positive integer")
+    if spec.parallelism is not None and spec.parallelism > spec.shards:
+        yield Problem("spec.parallelism", "parallelism must be less than or equal to shards")
+    if spec.output.storage_budget is not None and not (hints and hints.hidden_size):
+        yield Problem("spec.output.storageBudget", "output.storageBudget needs model.hints.hiddenSize to estimate file sizes")
+    out = posixpath.normpath(spec.output.volume.path)
+    data = posixpath.normpath(spec.dataset.volume.path)
+    if spec.output.volume.claim_name == spec.dataset.volume.claim_name and (data == out or data.startswith(out.rstrip("/") + "/")):
+        yield Problem("spec.output.volume.path", f"the dataset {data} lies inside the output folder {out}; keep them apart")
+    yield from _batched_tokens(w)
+
+
+# ---- autoscaling -------------------------------------------------------------------------------------------
+
+
+def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None) -> Iterator[Problem]:
+    if a.min_replicas > a.max_replicas:
+        yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
+    if policies is None:
+        return
+    if a.policy_ref is not None:
+        policy = policies.get(a.policy_ref.name)
+        if policy is None:
+            yield Problem(
+                "spec.autoscaling.policyRef.name",
+                f"AutoscalingPolicy {a.policy_ref.name!r} does not exist; known: {', '.join(sorted(policies)) or 'none'}",
+            )
+            return
+    else:
+        defaults = [p for p in policies.values() if p.default]
+        policy = defaults[0] if len(defaults) == 1 else None
+    if policy is not None and a.backend not in policy.allowed_backends:
+        yield Problem(
+            "spec.autoscaling.backend",
+            f"backend {a.backend} is not allowed by the policy; allowed: {', '.join(policy.allowed_backends)}",
+        )
+
+
+def _policy(resource: AutoscalingPolicy) -> Iterator[Problem]:
+    spec = resource.spec
+    if not spec.allowed_backends:
+        yield Problem("spec.allowedBackends", "allowedBackends must name at least one backend")
+    if len(set(spec.allowed_backends)) != len(spec.allowed_backends):
+        yield Problem("spec.allowedBackends", "backends must be distinct")
+    down = spec.defaults.scale_down
+    floor = spec.limits.min_scale_down_stabilization_seconds
+    if down and down.stabilization_seconds is not None and floor is not None and down.stabilization_seconds < floor:
+        yield Problem(
+            "spec.defaults.scaleDown.stabilizationSeconds",
+            f"{down.stabilization_seconds} is below the policy's own floor limits.minScaleDownStabilizationSeconds "
+            f"{floor}",
+        )

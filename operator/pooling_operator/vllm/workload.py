@@ -1,0 +1,69 @@
+"""What a resource asks of vLLM, independent of its kind: runner, task, convert, pooling and extras."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.base import EngineSpec, ModelSpec
+from pooling_operator.api.services import GenerativeSpec, PoolingSpec
+from pooling_operator.vllm.models import ModelFacts, facts
+
+MODE_TASKS = {"crossEncoder": "classify", "biEncoder": "embed", "lateInteraction": "token_embed"}
+MODE_ROUTES = {"crossEncoder": "/rerank", "biEncoder": "/rerank", "lateInteraction": "/rerank", "generative": "/generative_scoring"}
+
+Workloadable = PoolingService | ScoringService | HiddenStateJob
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    name: str
+    namespace: str | None
+    model: ModelSpec
+    engine: EngineSpec
+    runner: str  # pooling | generate
+    task: str | None  # the one pooling task, None for generate
+    convert: str  # auto | none | embed | classify
+    pooling: PoolingSpec | None
+    generative: GenerativeSpec | None
+    hidden_states: bool
+    mode: str | None = None
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name or self.name
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        """Facts from hfOverrides.architectures (what vLLM will load) or else hints.architectures."""
+        overrides = self.model.hf_overrides or {}
+        archs = overrides.get("architectures")
+        if isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs):
+            return facts(archs)
+        return facts(self.model.hints.architectures if self.model.hints else None)
+
+    def spec_path(self, *parts: str) -> str:
+        return ".".join(("spec", *parts))
+
+
+def workload(resource: Workloadable) -> Workload:
+    meta = resource.metadata
+    spec = resource.spec
+    if isinstance(resource, PoolingService):
+        return Workload(
+            "PoolingService", meta.name, meta.namespace, spec.model, spec.engine, "pooling", spec.task,
+            spec.convert, spec.pooling, None, False,
+        )
+    if isinstance(resource, ScoringService):
+        generative = spec.mode == "generative"
+        return Workload(
+            "ScoringService", meta.name, meta.namespace, spec.model, spec.engine,
+            "generate" if generative else "pooling",
+            None if generative else MODE_TASKS[spec.mode],
+            "auto", spec.pooling, spec.generative, False, spec.mode,
+        )
+    return Workload(
+        "HiddenStateJob", meta.name, meta.namespace, spec.model, spec.engine, "generate", None, "auto", None,
+        None, True,
+    )

@@ -1,0 +1,34 @@
+"""Unit-tier fixtures; the oracle agreement figures are printed at the end of the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+ORACLE_TALLY: dict[str, list[str]] = {}
+
+
+def shared_reference(name: str) -> Path:
+    """A file of ../shared/reference (beside the clone, in CI as in development)."""
+    path = SHARED / "reference" / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: the tests need ../shared beside the clone")
+    return path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not ORACLE_TALLY:
+        return
+    t = {k: len(v) for k, v in ORACLE_TALLY.items()}
+    mapped = sum(v for k, v in t.items() if k != "na")
+    compared = t.get("agree", 0) + t.get("disagree", 0) + t.get("stricter", 0)
+    terminalreporter.write_sep("-", "vLLM 0.32 oracle")
+    terminalreporter.write_line(
+        f"mapped {mapped} of {mapped + t.get('na', 0)} cases ({t.get('na', 0)} n/a); of {compared} with a settled "
+        f"outcome: {t.get('agree', 0)} agree, {t.get('stricter', 0)} stricter by design, "
+        f"{t.get('disagree', 0)} disagree; {t.get('unknown', 0)} unsettled (needs a multi-process server)"
+    )

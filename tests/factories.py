@@ -1,0 +1,87 @@
+"""Small builders of resource dicts for tests: a valid default, deep-merged with overrides."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+API = "vllm-pooling.io/v1alpha1"
+
+
+def merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
+    """Deep merge; a None value in ``over`` removes the key."""
+    out = copy.deepcopy(base)
+    for key, value in (over or {}).items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resource(kind: str, spec: dict[str, Any], name: str = "demo", namespace: str | None = "ns") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": API, "kind": kind, "metadata": meta, "spec": spec}
+
+
+MINILM_HINTS = {"architectures": ["BertModel"], "numHiddenLayers": 6, "hiddenSize": 384, "numAttentionHeads": 12, "maxModelLen": 256}
+QWEN_HINTS = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "numHiddenLayers": 36,
+    "hiddenSize": 4096,
+    "vocabSize": 151936,
+    "numAttentionHeads": 32,
+    "maxModelLen": 40960,
+}
+
+
+def pooling(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {
+        "model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": "abc123", "hints": MINILM_HINTS},
+        "task": "embed",
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("PoolingService", merge(base, spec), **meta)
+
+
+def scoring(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {
+        "mode": "crossEncoder",
+        "model": {
+            "name": "BAAI/bge-reranker-v2-m3",
+            "revision": "abc123",
+            "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
+        },
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("ScoringService", merge(base, spec), **meta)
+
+
+def generative(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {
+        "mode": "generative",
+        "model": {"name": "Qwen/Qwen3-1.7B", "revision": "abc123", "hints": QWEN_HINTS},
+        "generative": {"labels": [{"token": "Yes", "id": 9454}, {"token": "No", "id": 2753}]},
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("ScoringService", merge(base, spec), **meta)
+
+
+def hidden_states(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {
+        "model": {"name": "Qwen/Qwen3-8B", "revision": "abc123", "hints": QWEN_HINTS},
+        "layers": [3, 18, 33, 36],
+        "dataset": {"volume": {"claimName": "datasets", "path": "/prompts.jsonl"}},
+        "output": {"volume": {"claimName": "hidden-states", "path": "/runs/qwen3-8b"}},
+        "shards": 4,
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("HiddenStateJob", merge(base, spec), **meta)
+
+
+def policy(spec: dict[str, Any] | None = None, name: str = "default") -> dict[str, Any]:
+    return resource("AutoscalingPolicy", merge({"default": True}, spec), name=name, namespace=None)
