@@ -268,6 +268,8 @@ def _extra_args_each(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[
         name = arg.split("=", 1)[0]
         if flag is None:
             yield Problem(path, _unknown_flag_message(name, w, c))
+            if "=" not in arg and i < len(args) and not args[i].startswith("-"):
+                i += 1  # its value: one problem per unknown flag
             continue
         info = c.flags[flag]
         positive = c.owner_of(flag)
@@ -370,9 +372,12 @@ def _task_support(w: Workload, task_path: str) -> Iterator[Problem]:
             f"convert classify adapts a model to classify or token_classify, not {task}; use convert embed or auto",
         )
     f = w.facts
+    if _is_bge_m3(w) and task in ("token_embed", "token_classify") and (f is None or f.architecture != BGE_M3):
+        # Without the override vLLM loads XLMRobertaModel: token_embed silently returns raw token states
+        # instead of ColBERT vectors, and token_classify does not exist.
+        yield _bge_m3_problem(task)
+        return
     if f is None:
-        if _is_bge_m3(w) and task in ("token_embed", "token_classify"):
-            yield _bge_m3_problem(task)
         return
     if f.native == "generate" and convert == "none":
         yield Problem(
@@ -392,9 +397,6 @@ def _task_support(w: Workload, task_path: str) -> Iterator[Problem]:
             return
     supported = f.supported_tasks(convert)
     if task not in supported:
-        if _is_bge_m3(w) and f.architecture != BGE_M3 and task in ("token_embed", "token_classify"):
-            yield _bge_m3_problem(task)
-            return
         yield Problem(
             task_path,
             f"{f.architecture} (convert {convert}) serves {', '.join(supported)}, not {task}; vLLM would fail at "

@@ -1,0 +1,82 @@
+"""The offline CLI as API.md fixes it: line format, exit codes 0/1/2, folders, both entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pooling_operator.cli import main
+
+from tests.factories import pooling
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, name: str, *docs: object) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(list(docs)))
+    return path
+
+
+def test_examples_validate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(ROOT / "examples")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""  # warnings go to stderr
+    assert "spec.model.revision: warning:" in captured.err
+
+
+def test_problem_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = pooling(name="good")
+    bad = pooling({"pooling": {"type": "ALL"}, "engine": {"extraArgs": ["--task", "embed"]}}, name="bad")
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    path = write(nested, "svc.yaml", good, bad)
+    write(nested, "ignored.txt", bad)
+    assert main(["validate", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"{path}: PoolingService/bad: spec.engine.extraArgs[0]: vLLM has no --task flag (it became --runner/--convert and the pooler task); set spec.task instead",
+        f"{path}: PoolingService/bad: spec.pooling.type: ALL does not fit task embed: pooling.type must be CLS, MEAN or LAST for the sequence tasks embed and classify, ALL or STEP for the token tasks token_embed and token_classify (use CLS, MEAN or LAST)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [("a: [unclosed", "malformed YAML"), ("a: 1\na: 2\n", "duplicate key 'a'")],
+    ids=["malformed", "duplicate-key"],
+)
+def test_malformed_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, words: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    assert main(["validate", str(path)]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_render_refuses_invalid_resources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "x.yaml", pooling({"task": "nope"}))
+    assert main(["render", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "spec.task" in captured.err
+
+
+def test_crds_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crds"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["spec"]["names"]["kind"] for d in docs] == ["PoolingService", "ScoringService", "HiddenStateJob", "AutoscalingPolicy"]
+    assert main(["crds", "--output-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (ROOT / "crds").iterdir())
+
+
+def test_module_and_script_are_the_same_program() -> None:
+    for argv in ([sys.executable, "-m", "pooling_operator", "validate", "examples"],
+                 [str(Path(sys.executable).parent / "pooling-operator"), "validate", "examples"]):
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
