@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from pooling_operator.api import PoolingService
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.vllm.validate import validate
-
 from tests.factories import hidden_states, pooling
 
 

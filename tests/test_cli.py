@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pooling_operator.cli import main
 
+from pooling_operator.cli import main
 from tests.factories import pooling
 
 ROOT = Path(__file__).resolve().parents[1]

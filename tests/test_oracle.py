@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
-
 from tests import vllm_argv
 from tests.conftest import ORACLE_TALLY, shared_reference
 from tests.factories import merge, resource

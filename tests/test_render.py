@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.cli import main
 from pooling_operator.vllm.args import latency_buckets
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.validate import validate
-
 from tests.factories import generative, hidden_states, pooling
 
 ROOT = Path(__file__).resolve().parents[1]

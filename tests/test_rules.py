@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
-
 from tests.factories import generative, hidden_states, policy, pooling, scoring
 
 BGE = {"name": "BAAI/bge-m3", "revision": "r", "hints": {"architectures": ["XLMRobertaModel"], "numAttentionHeads": 16}}

@@ -97,7 +97,7 @@ def crd(info: KindInfo) -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "vllm-pooling.io/v1alpha1"},
             "kind": {"type": "string", "description": info.kind},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},  # the API server allows nothing else here
             "spec": spec_schema,
             "status": status_schema,
         },

@@ -140,12 +140,31 @@ class MonitoringSpec(Spec):
 
 EmbeddingSpaceLabel = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")]
 
-_EMBEDDING_SPACE_FIELDS = (
-    "self.model.name == oldSelf.model.name"
-    " && self.model.?revision.orValue('') == oldSelf.model.?revision.orValue('')"
-    " && self.?pooling.?type.orValue('') == oldSelf.?pooling.?type.orValue('')"
-    " && self.?pooling.?normalize == oldSelf.?pooling.?normalize"
-    " && self.?pooling.?dimensions == oldSelf.?pooling.?dimensions"
+
+
+def _opt(path: str, field: str, absent: str, convert: str = "{}") -> str:
+    """CEL for an optional field under an optional parent, with a default when absent. Ternaries on has()
+    rather than optional types: the API server's cost estimator rejects `?.` chains on strings."""
+    def side(root: str) -> str:
+        parent = f"{root}.{path}"
+        guard = f"has({root}.{path.split('.')[0]})" + (f" && has({parent})" if "." in path else "")
+        return f"({guard} && has({parent}.{field}) ? {convert.format(f'{parent}.{field}')} : {absent})"
+
+    return f"{side('self')} == {side('oldSelf')}"
+
+
+_EMBEDDING_SPACE_FIELDS = " && ".join(
+    (
+        "self.model.name == oldSelf.model.name",
+        _opt("model", "revision", "''"),
+        _opt("pooling", "type", "''"),
+        _opt("pooling", "normalize", "-1", "({} ? 1 : 0)"),
+        _opt("pooling", "dimensions", "0"),
+    )
+)
+_SAME_SPACE = (
+    "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
+    " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
 EMBEDDING_SPACE_MESSAGE = (
     "model.name, model.revision, pooling.type, pooling.normalize and pooling.dimensions define the vector "
@@ -181,7 +200,7 @@ class PoolingServiceSpec(Spec):
                     "fieldPath": ".pooling.dimensions",
                 },
                 {
-                    "rule": f"self.?embeddingSpace == oldSelf.?embeddingSpace ? ({_EMBEDDING_SPACE_FIELDS}) : true",
+                    "rule": f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})",
                     "message": EMBEDDING_SPACE_MESSAGE,
                     "fieldPath": ".embeddingSpace",
                 },

@@ -1,0 +1,142 @@
+"""pytest fixtures for tests against a real control plane (see e2e/controlplane.py).
+
+- ``cluster``   (session) one control plane per test run; a ``ControlPlane`` (kubeconfig, kubectl, api, env()).
+- ``k8s``       (session) a ``kubernetes.client.ApiClient`` for it.
+- ``third_party_crds`` (session) KEDA and prometheus-operator CRDs from their Go modules, Established.
+- ``crds``      (session) those plus ours from crds/, Established.
+- ``namespace`` (function) a fresh namespace whose default ServiceAccount exists; deleted afterwards.
+
+Environment:
+  VPO_E2E_RUN_DIR=.cluster   use the control plane of `make cluster-up` instead of starting one
+  VPO_E2E_BUILD=0            never build binaries (fail if missing) - default builds them before the tests
+  VPO_E2E_KEEP=1             keep the run folder (logs, pki, kubeconfig) even when every test passed
+  VPO_GPU_NODES, VPO_GPUS_PER_NODE, VPO_CPU_NODES   shape of the fake cluster (4, 8, 1)
+On a failing test the tails of every component's log are attached to its report; when any test failed
+the run folder is kept and its path printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import build
+from e2e.controlplane import ClusterConfig, ControlPlane, wait_for
+from e2e.crds import install_crds
+
+_CLUSTER: ControlPlane | None = None
+_REPORTED: set[int] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: runs against the real control plane of e2e/")
+
+
+def _needs_cluster(item: pytest.Item) -> bool:
+    return "cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark e2e tests and build missing binaries now: a cold build (~20 min) would blow a test's timeout."""
+    selected = [i for i in items if _needs_cluster(i)]
+    for item in selected:
+        item.add_marker(pytest.mark.e2e)
+    if not selected or os.environ.get("VPO_E2E_RUN_DIR") or os.environ.get("VPO_E2E_BUILD") == "0":
+        return
+    if not build.missing():
+        return
+    capman = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+
+    def say(msg: str) -> None:
+        if reporter:
+            reporter.write_line(msg)
+
+    say(f"e2e: building control-plane binaries into {build.bin_dir()} (cold: ~20 min)")
+    if capman:
+        with capman.global_and_fixture_disabled():
+            build.find(build=True, log=say)
+    else:
+        build.find(build=True, log=say)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    global _CLUSTER
+    attach = os.environ.get("VPO_E2E_RUN_DIR")
+    if attach:
+        cp = ControlPlane.attach(Path(attach))
+    else:
+        cp = ControlPlane(ClusterConfig.from_env(), keep_run_dir=os.environ.get("VPO_E2E_KEEP") == "1")
+        cp.start()
+    _CLUSTER = cp
+    try:
+        yield cp
+    finally:
+        _CLUSTER = None
+        if request.session.testsfailed and not attach:
+            cp.keep_run_dir = True
+        cp.stop()
+        if cp.keep_run_dir and not attach:
+            reporter = request.config.pluginmanager.getplugin("terminalreporter")
+            if reporter:
+                reporter.write_line(f"e2e: control-plane run folder kept: {cp.run_dir}")
+
+
+@pytest.fixture(scope="session")
+def k8s(cluster: ControlPlane) -> Any:
+    client = cluster.api_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def third_party_crds(cluster: ControlPlane) -> list[str]:
+    """KEDA and prometheus-operator CRDs from their Go modules, Established."""
+    return install_crds(cluster, ours=False)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: ControlPlane, third_party_crds: list[str]) -> list[str]:
+    """Third-party CRDs plus every CRD in crds/, Established (the names of all of them)."""
+    return third_party_crds + install_crds(cluster, third_party=False)
+
+
+@pytest.fixture
+def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
+    api = cluster.api
+    assert api is not None
+    status, body = api.request(
+        "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {"vpo-e2e": "true"}}}
+    )
+    assert status == 201, body
+    # ServiceAccount admission rejects pods until kube-controller-manager created "default"
+    wait_for(
+        lambda: api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
+        timeout=30,
+        what=f"ServiceAccount {name}/default",
+    )
+    yield name
+    api.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.failed and _CLUSTER is not None and _needs_cluster(item)):
+        return
+    # a failed session fixture re-raises the same exception for every test: attach the logs once
+    exc = call.excinfo.value if call.excinfo else None
+    if exc is not None and id(exc) in _REPORTED:
+        return
+    _REPORTED.add(id(exc))
+    report.sections.append(("control-plane logs (tails)", _CLUSTER.log_tails(30)))

@@ -1,0 +1,1 @@
+"""Tests against the real control plane (fixtures in e2e/conftest.py)."""
