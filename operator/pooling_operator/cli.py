@@ -14,6 +14,7 @@ from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.builders import BuildContext, build
+from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
@@ -116,6 +117,41 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """The operator: kopf with our handlers, a metrics port and a health endpoint."""
+    import asyncio
+    import logging
+    import random
+
+    import kopf
+    from prometheus_client import start_http_server
+
+    import pooling_operator.handlers  # noqa: F401  (registers the handlers)
+    from pooling_operator.k8s.api import Kube
+    from pooling_operator.reconcile import Context
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.bind)
+    ctx = Context(kube=Kube(), settings=_settings(args), operator_image=args.operator_image)
+    memo = kopf.Memo(ctx=ctx)
+    # Replicas get distinct peering priorities: the highest works, the others pause (never fight).
+    priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
+    liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not args.namespace,
+            namespaces=args.namespace or (),
+            standalone=args.standalone,
+            peering_name=None if args.standalone else args.peering,
+            priority=priority,
+            liveness_endpoint=liveness,
+            memo=memo,
+        )
+    )
+    return EXIT_OK
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pooling-operator", description=__doc__)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -139,6 +175,21 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--operator-image", default=OPERATOR_IMAGE, help=f"image of the hidden-state driver (default {OPERATOR_IMAGE})")
     settings_flags(r)
     r.set_defaults(func=cmd_render)
+
+    o = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster config")
+    o.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable); default: all")
+    o.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0: off; default 8080)")
+    o.add_argument("--health-port", type=int, default=8081, help="liveness endpoint /healthz port (0: off; default 8081)")
+    o.add_argument("--bind", default="0.0.0.0", help="address of the metrics and health endpoints")
+    o.add_argument("--peering", default="vllm-pooling-operator", help="kopf peering name (ClusterKopfPeering)")
+    o.add_argument("--priority", type=int, help="peering priority (default: random, so replicas never tie)")
+    o.add_argument("--standalone", action="store_true", help="no peering: for a single replica or local runs")
+    o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver")
+    o.add_argument("-v", "--verbose", action="store_true")
+    settings_flags(o)
+    o.set_defaults(func=cmd_run)
+
+    add_hidden_states_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
     c.add_argument("--output-dir", help="write one file per CRD into this folder instead")

@@ -1,0 +1,297 @@
+"""A shard's output folder: file names, the manifest, resume, and the group-committed manifest writer.
+
+Layout under ``<output>``::
+
+    shard-<I>/<name>.safetensors   one file per finished sample
+    shard-<I>/manifest.jsonl       one line per finished sample: id, file, tokens, bytes, sha256
+    shard-<I>/failed.jsonl         one line per failed sample of the latest run: id, line, reason
+    shard-<I>/_SUCCESS             JSON counts, written last
+    .staging/shard-<I>/            vLLM's shared_storage_path for this shard
+
+``file`` in the manifest is relative to the manifest's folder. A sample is finished only once its
+manifest line is on disk; the file is renamed into place before that line is written, so after a crash
+a file may exist without its line (an orphan, removed on resume) but a line never points at a
+missing or partial file unless the volume lost data (then the line is dropped and the sample redone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pooling_operator.vllm.args import storage_path
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".safetensors"
+MANIFEST = "manifest.jsonl"
+FAILED = "failed.jsonl"
+SUCCESS = "_SUCCESS"
+TMP_SUFFIX = ".tmp"
+# Keeps names well under the 255-byte limit of common filesystems, with room for the hash and suffix.
+MAX_NAME = 120
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class ShardPaths:
+    output: Path
+    shard: int
+
+    @property
+    def folder(self) -> Path:
+        return self.output / f"shard-{self.shard}"
+
+    @property
+    def staging(self) -> Path:
+        """vLLM's shared_storage_path for this shard, exactly as the Job's vLLM container gets it."""
+        return Path(storage_path(str(self.output)).replace("$(JOB_COMPLETION_INDEX)", str(self.shard)))
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / MANIFEST
+
+    @property
+    def failed(self) -> Path:
+        return self.folder / FAILED
+
+    @property
+    def success(self) -> Path:
+        return self.folder / SUCCESS
+
+
+def file_name(sample_id: str) -> str:
+    """A safe, distinct file name for a sample id.
+
+    Ids made only of letters, digits, ``.``, ``_`` and ``-`` (not starting with a dot) keep their name;
+    any other id is cleaned and suffixed with a hash of the original, so two ids that clean to the same
+    text still get different files. The manifest keeps the original id.
+    """
+    safe = _UNSAFE.sub("_", sample_id)
+    if safe == sample_id and not safe.startswith(".") and len(safe) <= MAX_NAME:
+        return safe + SUFFIX
+    digest = hashlib.sha256(sample_id.encode("utf-8")).hexdigest()[:16]
+    return f"{safe.lstrip('.')[:MAX_NAME]}-{digest}{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    file: str
+    tokens: int
+    bytes: int
+    sha256: str
+
+    def line(self) -> bytes:
+        doc = {"id": self.id, "file": self.file, "tokens": self.tokens, "bytes": self.bytes, "sha256": self.sha256}
+        return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def parse_entry(raw: bytes) -> Entry | None:
+    try:
+        doc = json.loads(raw)
+        entry = Entry(doc["id"], doc["file"], doc["tokens"], doc["bytes"], doc["sha256"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    ok = (
+        isinstance(entry.id, str) and isinstance(entry.file, str) and isinstance(entry.sha256, str)
+        and isinstance(entry.tokens, int) and isinstance(entry.bytes, int)
+        and "/" not in entry.file and entry.file.endswith(SUFFIX)
+    )
+    return entry if ok else None
+
+
+@dataclass
+class Resumed:
+    entries: dict[str, Entry]
+    torn: int = 0  # unreadable lines dropped (a torn last line after a crash, normally)
+    missing: int = 0  # lines whose file is gone or has another size: those samples are redone
+    orphans: int = 0  # files without a line, removed
+    staged: int = 0  # leftovers in the staging folder, removed
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.bytes for e in self.entries.values())
+
+
+def read_manifest(path: Path) -> tuple[list[Entry], int, int | None]:
+    """(entries, unreadable line count, truncate_at).
+
+    ``truncate_at`` is the byte length of the good prefix when the unreadable lines are all at the end
+    (a torn last line after a crash, normally), so cutting them off loses nothing; None otherwise.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0, None
+    entries: list[Entry] = []
+    bad = 0
+    good_prefix = 0
+    position = 0
+    for raw in data.splitlines(keepends=True):
+        position += len(raw)
+        entry = parse_entry(raw) if raw.endswith(b"\n") else None
+        if entry is None:
+            bad += 1
+            continue
+        entries.append(entry)
+        if bad:
+            good_prefix = -1  # a good line after a bad one: only a rewrite can drop the bad one
+        else:
+            good_prefix = position
+    return entries, bad, (good_prefix if bad and good_prefix >= 0 else None)
+
+
+def resume(paths: ShardPaths) -> Resumed:
+    """Bring a shard's folder to a consistent state and return what is already done.
+
+    Keeps manifest lines whose file exists with the recorded size (the last line wins for a repeated id);
+    truncates a torn last line, or rewrites the manifest atomically when lines had to go from the middle;
+    removes files no line names (a crash between the rename and the manifest line) and leftover
+    temporary files; empties the staging folder (requests of a previous run nobody will collect).
+    """
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        paths.success.unlink()  # the shard is not done until this run says so
+    lines, bad, truncate_at = read_manifest(paths.manifest)
+    kept: dict[str, Entry] = {}
+    missing = 0
+    for entry in lines:
+        try:
+            size = (paths.folder / entry.file).stat().st_size
+        except FileNotFoundError:
+            size = -1
+        if size != entry.bytes:
+            missing += 1
+            kept.pop(entry.id, None)
+            continue
+        kept[entry.id] = entry
+    result = Resumed(kept, torn=bad, missing=missing)
+    duplicates = len(lines) - missing - len(kept)
+    if truncate_at is not None and not missing and not duplicates:
+        os.truncate(paths.manifest, truncate_at)
+        _fsync_path(paths.manifest)
+    elif bad or missing or duplicates:
+        _rewrite(paths.manifest, list(kept.values()))
+    named = {e.file for e in kept.values()}
+    for child in paths.folder.iterdir():
+        if child.name.endswith(TMP_SUFFIX) or (child.name.endswith(SUFFIX) and child.name not in named):
+            child.unlink()
+            result.orphans += child.name.endswith(SUFFIX)
+    if paths.staging.is_dir():
+        for child in paths.staging.iterdir():
+            if child.is_file():
+                child.unlink()
+                result.staged += child.name.endswith(SUFFIX)
+    return result
+
+
+def _rewrite(path: Path, entries: list[Entry]) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with tmp.open("wb") as f:
+        f.write(b"".join(e.line() for e in entries))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    _fsync_path(path)
+
+
+def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class ManifestWriter:
+    """Appends manifest lines, each on disk (flush + fsync) before ``append`` returns.
+
+    Lines that arrive while a write is under way are written together with one fsync (group commit),
+    so concurrency buys throughput without weakening the guarantee.
+    """
+
+    def __init__(self, path: Path, executor: Executor) -> None:
+        self._file = path.open("ab")
+        self._executor = executor
+        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._flushing = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def append(self, entry: Entry) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append((entry.line(), future))
+        if not self._flushing:
+            self._flushing = True
+            self._task = loop.create_task(self._flush())
+        await future
+
+    async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await loop.run_in_executor(self._executor, self._write, b"".join(line for line, _ in batch))
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for _, future in batch:
+                    if not future.done():
+                        future.set_result(None)
+        finally:
+            self._flushing = False
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class FailedLog:
+    """failed.jsonl of the current run: rewritten from scratch, since every run retries what failed before."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("w", encoding="utf-8")
+        self.count = 0
+
+    def add(self, sample_id: str | None, line: int, reason: str) -> None:
+        doc = {"id": sample_id, "line": line, "reason": reason}
+        self._file.write(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()

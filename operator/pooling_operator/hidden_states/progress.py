@@ -1,0 +1,82 @@
+"""Progress of one shard, published for the operator to aggregate into the HiddenStateJob's status.
+
+The payload is compact JSON under data key ``shard-<I>`` of the job's progress ConfigMap:
+``{"state", "done", "failed", "bytes", "total", "updated"}`` with state one of running, succeeded,
+failed, budget_exceeded, dataset_unreadable. Writes happen at most every ``interval`` seconds while
+running and once at the end. A failed write is logged and never stops the shard: progress is a view,
+the manifest is the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+log = logging.getLogger(__name__)
+
+# (key, value) -> written. The production sink is k8s.progress.ProgressConfigMap.write.
+Sink = Callable[[str, str], Awaitable[None]]
+
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+BUDGET_EXCEEDED = "budget_exceeded"
+DATASET_UNREADABLE = "dataset_unreadable"
+
+
+@dataclass
+class Counts:
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    bytes: int = 0
+
+
+def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
+    updated = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc = {"state": state, "done": counts.done, "failed": counts.failed, "bytes": counts.bytes,
+           "total": counts.total, "updated": updated}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+class Reporter:
+    """Throttled progress writes to a sink (None: reporting disabled)."""
+
+    def __init__(self, shard: int, sink: Sink | None, counts: Counts, *, interval: float = 5.0,
+                 write_timeout: float = 15.0) -> None:
+        self.key = f"shard-{shard}"
+        self._sink = sink
+        self._counts = counts
+        self._interval = interval
+        self._write_timeout = write_timeout
+        self._last = -float("inf")
+        self._inflight: asyncio.Task[None] | None = None
+
+    async def _write(self, state: str) -> None:
+        if self._sink is None:
+            return
+        try:
+            await asyncio.wait_for(self._sink(self.key, payload(state, self._counts)), self._write_timeout)
+        except Exception as exc:  # never let reporting stop the shard
+            log.warning("Could not report progress %s of shard %s: %s: %s", state, self.key, type(exc).__name__, exc)
+
+    def tick(self) -> None:
+        """Report ``running`` if the interval has passed and no write is under way; never waits."""
+        if self._sink is None:
+            return
+        now = time.monotonic()
+        if now - self._last < self._interval or (self._inflight and not self._inflight.done()):
+            return
+        self._last = now
+        self._inflight = asyncio.get_running_loop().create_task(self._write(RUNNING))
+
+    async def final(self, state: str) -> None:
+        """The last word: waits for any write under way so the final one lands after it."""
+        if self._inflight is not None:
+            await asyncio.wait([self._inflight])
+        await self._write(state)

@@ -1,0 +1,1 @@
+"""Every call to the API server goes through here."""
