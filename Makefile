@@ -24,11 +24,16 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create .venv and install the project with its test tools
 
 .PHONY: demo
-demo: venv ## Validate every example and print the vLLM command lines they render to
+demo: venv ## Local control plane + operator + examples until Ready (stop with `make demo-down`)
 	@echo "==> pooling-operator validate examples/"
 	@$(CLI) validate examples/
-	@echo "==> pooling-operator render --vllm-args examples/"
-	@$(CLI) render --vllm-args examples/
+	@$(MAKE) --no-print-directory cluster-up
+	@$(PY) -m e2e.demo up --run-dir $(CURDIR)/.cluster
+
+.PHONY: demo-down
+demo-down: ## Stop the demo's operator and control plane
+	-@$(PY) -m e2e.demo down --run-dir $(CURDIR)/.cluster
+	@$(MAKE) --no-print-directory cluster-down
 
 .PHONY: test
 test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, unit and control-plane tiers
@@ -41,7 +46,7 @@ unit: venv ## Unit tests only (no cluster, seconds)
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract
-	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/ruff check operator tests e2e bench
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds

@@ -1,0 +1,92 @@
+"""Run the operator (`python -m pooling_operator run`) as a real process against a test control plane."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from e2e.controlplane import REPO_ROOT, ControlPlane, _free_ports, wait_for
+
+
+class OperatorProcess:
+    """One operator replica; its log is kept in the control plane's run folder."""
+
+    def __init__(
+        self,
+        cluster: ControlPlane,
+        name: str = "operator",
+        *,
+        resync_seconds: float = 3,
+        standalone: bool = True,
+        priority: int | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.metrics_port, self.health_port = _free_ports(2)
+        self.log = Path(cluster.run_dir) / "logs" / f"{name}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.argv = [
+            sys.executable, "-m", "pooling_operator", "run",
+            "--bind", "127.0.0.1",
+            "--metrics-port", str(self.metrics_port),
+            "--health-port", str(self.health_port),
+            *(["--standalone"] if standalone else []),
+            *(["--priority", str(priority)] if priority is not None else []),
+            *(extra or []),
+        ]  # fmt: skip
+        self.env = {**cluster.env(), "VPO_RESYNC_SECONDS": str(resync_seconds), "PYTHONUNBUFFERED": "1"}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> OperatorProcess:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_for(self.healthy, timeout=timeout, what=f"{self.name} /healthz")
+        return self
+
+    def healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)

@@ -1,0 +1,27 @@
+"""Operator tier: the operator runs as a process against the session's control plane."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.controlplane import ControlPlane
+from e2e.operator_process import OperatorProcess
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: ControlPlane, crds: list[str]) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    proc: Any = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(proc, OperatorProcess):
+        report.sections.append(("operator log (tail)", proc.tail(80)))

@@ -1,0 +1,416 @@
+"""PoolingService and ScoringService reconciled by the running operator on the real control plane.
+
+Every wait polls with a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import statistics
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.controlplane import GPU_PRODUCT, GPU_PRODUCT_LABEL, ControlPlane, wait_for
+from e2e.operator_process import OperatorProcess
+from tests.factories import pooling, scoring
+
+API = "/apis/vllm-pooling.io/v1alpha1"
+GPU = {"gpu": {"count": 1, "product": GPU_PRODUCT}, "cpu": "1", "memory": "1Gi"}
+
+
+def apply(cluster: ControlPlane, obj: dict[str, Any], *, check: bool = True) -> Any:
+    return cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=e2e-user",
+        "--force-conflicts",
+        "-f",
+        "-",
+        input=yaml.safe_dump(obj),
+        check=check,
+    )
+
+
+def svc(
+    namespace: str, name: str = "emb", spec: dict[str, Any] | None = None, kind: str = "pls"
+) -> dict[str, Any]:
+    factory = pooling if kind == "pls" else scoring
+    obj = factory({"resources": GPU, **(spec or {})}, name=name, namespace=namespace)
+    return obj
+
+
+def path(namespace: str, plural: str, name: str = "") -> str:
+    if plural in ("poolingservices", "scoringservices", "hiddenstatejobs"):
+        base = f"{API}/namespaces/{namespace}/{plural}"
+    elif plural in ("deployments",):
+        base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    elif plural in ("poddisruptionbudgets",):
+        base = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    elif plural in ("servicemonitors",):
+        base = f"/apis/monitoring.coreos.com/v1/namespaces/{namespace}/servicemonitors"
+    else:
+        base = f"/api/v1/namespaces/{namespace}/{plural}"
+    return f"{base}/{name}" if name else base
+
+
+def get(cluster: ControlPlane, p: str) -> Any:
+    status, body = cluster.api.request("GET", p)  # type: ignore[union-attr]
+    return body if status == 200 else None
+
+
+def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c
+    return {}
+
+
+def ready(
+    cluster: ControlPlane, namespace: str, name: str, plural: str = "poolingservices"
+) -> dict[str, Any] | None:
+    obj = get(cluster, path(namespace, plural, name))
+    if (
+        obj
+        and cond(obj, "Ready").get("status") == "True"
+        and obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+    ):
+        return obj
+    return None
+
+
+def events(cluster: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = get(cluster, path(namespace, "events"))["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+def test_create_to_ready_with_owned_children(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    apply(
+        cluster,
+        svc(
+            namespace,
+            spec={"service": {"apiKeySecretRef": {"name": "k", "key": "k"}}, "embeddingSpace": "v1"},
+        ),
+    )
+    obj = wait_for(lambda: ready(cluster, namespace, "emb"), timeout=90, what="PoolingService Ready")
+    uid = obj["metadata"]["uid"]
+    for plural in ("deployments", "services", "poddisruptionbudgets"):
+        child = get(cluster, path(namespace, plural, "emb"))
+        assert child is not None, plural
+        [ref] = child["metadata"]["ownerReferences"]
+        assert (ref["uid"], ref["controller"], ref["kind"]) == (uid, True, "PoolingService")
+    pods = get(cluster, path(namespace, "pods"))["items"]
+    assert pods and all(p["status"]["phase"] == "Running" for p in pods)
+    nodes = {n["metadata"]["name"]: n for n in get(cluster, "/api/v1/nodes")["items"]}
+    assert all(
+        nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(GPU_PRODUCT_LABEL) == GPU_PRODUCT for p in pods
+    )
+    status = obj["status"]
+    assert status["replicas"] == 1 and status["readyReplicas"] == 1
+    assert status["endpoint"] == f"http://emb.{namespace}.svc:8000"
+    assert status["effective"]["args"][:3] == ["vllm", "serve", "sentence-transformers/all-MiniLM-L6-v2"]
+    assert "/pooling" in status["unprotectedRoutes"] and "/v1/embeddings" in status["routes"]
+    assert status["embeddingSpace"]["label"] == "v1" and status["embeddingSpace"]["fingerprint"].startswith(
+        "sha256:"
+    )
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True",
+        "SpecValid": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+    }
+    assert "finalizers" not in obj["metadata"]
+    reasons = {e["reason"] for e in events(cluster, namespace, "emb")}
+    assert {"Created", "RoutesNotProtected", "Available"} <= reasons
+    table = cluster.kubectl("get", "pooling", "-n", namespace).stdout
+    assert re.search(r"emb\s+sentence-transformers/all-MiniLM-L6-v2\s+embed\s+True\s+1\s+1", table), table
+
+
+def test_update_rolls_out_and_scale_subresource(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    apply(cluster, svc(namespace))
+    wait_for(lambda: ready(cluster, namespace, "emb"), timeout=90, what="Ready")
+    apply(cluster, svc(namespace, spec={"engine": {"maxNumSeqs": 64}}))
+
+    def rolled() -> dict[str, Any] | None:
+        obj = ready(cluster, namespace, "emb")
+        return obj if obj and "--max-num-seqs" in obj["status"]["effective"]["args"] else None
+
+    obj = wait_for(rolled, timeout=90, what="new effective args")
+    args = obj["status"]["effective"]["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "64"
+    dep = get(cluster, path(namespace, "deployments", "emb"))
+    assert "64" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    cluster.kubectl("scale", "pls/emb", "-n", namespace, "--replicas=2")
+    wait_for(
+        lambda: (o := ready(cluster, namespace, "emb")) and o["status"]["readyReplicas"] == 2,
+        timeout=90,
+        what="2 replicas",
+    )
+
+
+def test_embedding_space_rule_enforced_by_the_api_server(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    apply(cluster, svc(namespace, spec={"embeddingSpace": "v1"}))
+    res = apply(
+        cluster, svc(namespace, spec={"embeddingSpace": "v1", "pooling": {"normalize": False}}), check=False
+    )
+    assert res.returncode != 0 and "change embeddingSpace to a new label" in res.stderr, res.stderr
+    ok = apply(
+        cluster, svc(namespace, spec={"embeddingSpace": "v2", "pooling": {"normalize": False}}), check=False
+    )
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_invalid_spec_gets_spec_valid_false_and_no_children(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    # Admitted by the API server (CEL cannot know BertModel serves no classify), refused by the operator.
+    apply(cluster, svc(namespace, name="bad", spec={"task": "classify"}))
+
+    def invalid() -> dict[str, Any] | None:
+        obj = get(cluster, path(namespace, "poolingservices", "bad"))
+        return obj if cond(obj, "SpecValid").get("status") == "False" else None
+
+    obj = wait_for(invalid, timeout=60, what="SpecValid=False")
+    message = cond(obj, "SpecValid")["message"]
+    assert message.startswith("spec.task: BertModel") and "Unsupported task: classify" in message
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert get(cluster, path(namespace, "deployments", "bad")) is None
+    assert any(
+        e["type"] == "Warning" and e["reason"] == "InvalidSpec" for e in events(cluster, namespace, "bad")
+    )
+    # Fixing the spec is enough: no retries were pending, the update itself triggers the reconcile.
+    apply(cluster, svc(namespace, name="bad", spec={"task": "embed"}))
+    wait_for(lambda: ready(cluster, namespace, "bad"), timeout=90, what="Ready after the fix")
+
+
+def test_drift_is_reverted(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    apply(cluster, svc(namespace))
+    wait_for(lambda: ready(cluster, namespace, "emb"), timeout=90, what="Ready")
+    cluster.kubectl(
+        "patch",
+        "deployment/emb",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op":"replace","path":"/spec/strategy/rollingUpdate/maxSurge","value":3}]',
+    )
+    cluster.kubectl("delete", "service/emb", "-n", namespace)
+    wait_for(lambda: get(cluster, path(namespace, "services", "emb")), timeout=60, what="Service recreated")
+    wait_for(
+        lambda: (
+            get(cluster, path(namespace, "deployments", "emb"))["spec"]["strategy"]["rollingUpdate"][
+                "maxSurge"
+            ]
+            == 0
+        ),
+        timeout=60,
+        what="maxSurge reverted",
+    )
+
+
+def test_switched_off_child_is_deleted(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    apply(cluster, svc(namespace, spec={"monitoring": {"serviceMonitor": True}}))
+    wait_for(
+        lambda: get(cluster, path(namespace, "servicemonitors", "emb")), timeout=60, what="ServiceMonitor"
+    )
+    apply(cluster, svc(namespace, spec={"monitoring": {"serviceMonitor": False}}))
+    wait_for(
+        lambda: get(cluster, path(namespace, "servicemonitors", "emb")) is None,
+        timeout=60,
+        what="ServiceMonitor deleted",
+    )
+
+
+def test_delete_garbage_collects(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    apply(cluster, svc(namespace, kind="scs", name="rerank"))
+    wait_for(
+        lambda: ready(cluster, namespace, "rerank", "scoringservices"),
+        timeout=90,
+        what="ScoringService Ready",
+    )
+    obj = get(cluster, path(namespace, "scoringservices", "rerank"))
+    assert obj["status"]["contract"] == {"mode": "crossEncoder", "route": "/rerank"}
+    cluster.kubectl("delete", "scs/rerank", "-n", namespace, "--wait=true")
+    for plural in ("deployments", "services", "poddisruptionbudgets"):
+        wait_for(
+            lambda p=plural: get(cluster, path(namespace, p, "rerank")) is None,
+            timeout=60,
+            what=f"{plural} collected",
+        )
+
+
+def _writes(cluster: ControlPlane) -> dict[str, float]:
+    """Mutating requests the API server counted, by resource, from its own metrics."""
+    status, text = cluster.api.request("GET", "/metrics")  # type: ignore[union-attr]
+    assert status == 200
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        if labels.get("verb") in ("POST", "PUT", "PATCH", "APPLY", "DELETE", "CREATE", "UPDATE"):
+            key = f"{labels.get('group', '')}/{labels.get('resource')}/{labels.get('subresource', '')}"
+            out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+WATCHED = (
+    "vllm-pooling.io/poolingservices/",
+    "vllm-pooling.io/poolingservices/status",
+    "vllm-pooling.io/scoringservices/",
+    "vllm-pooling.io/scoringservices/status",
+    "apps/deployments/",
+    "/services/",
+    "policy/poddisruptionbudgets/",
+    "/events/",
+    "events.k8s.io/events/",
+    "monitoring.coreos.com/servicemonitors/",
+)
+
+
+def test_fifty_services_then_a_write_free_resync(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    names = [f"svc-{i:02d}" for i in range(50)]
+    errors_before = _count(operator, "error")
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: apply(
+                    cluster,
+                    svc(
+                        namespace,
+                        name=n,
+                        spec={"resources": {"gpu": {"count": 0}, "cpu": "10m", "memory": "16Mi"}},
+                    ),
+                ),
+                names,
+            )
+        )
+
+    def all_ready() -> bool:
+        items = get(cluster, path(namespace, "poolingservices"))["items"]
+        return len(items) == 50 and all(cond(o, "Ready").get("status") == "True" for o in items)
+
+    wait_for(all_ready, timeout=240, what="50 services Ready")
+    elapsed = time.monotonic() - started
+
+    def settled() -> bool:
+        items = get(cluster, path(namespace, "poolingservices"))["items"]
+        return all(cond(o, "Progressing").get("status") == "False" for o in items)
+
+    wait_for(settled, timeout=60, what="every rollout complete")
+
+    def complete_events() -> bool:
+        # Events follow the status write that flipped Progressing: wait for all 50 before measuring.
+        items = get(cluster, path(namespace, "events"))["items"]
+        return len({e["involvedObject"]["name"] for e in items if e["reason"] == "Complete"}) == 50
+
+    wait_for(complete_events, timeout=60, what="the 50 Complete events")
+    assert _count(operator, "error") == errors_before
+    # Steady state: three resync periods (3 s each) later, not one mutating request on what we reconcile.
+    before = _writes(cluster)
+    resyncs_before = _resyncs(operator)
+    wait_for(
+        lambda: _resyncs(operator) >= resyncs_before + 150, timeout=60, what="three resyncs of 50 services"
+    )
+    after = _writes(cluster)
+    changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith(WATCHED) or k in WATCHED}
+    assert not {k: v for k, v in changed.items() if v}, changed
+    print(f"\n50 services Ready in {elapsed:.1f}s; operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
+
+
+def _count(operator: OperatorProcess, result: str) -> float:
+    pattern = r'vllm_pooling_operator_reconciles_total\{kind="PoolingService",result="' + result + r'"\} (\S+)'
+    return sum(float(m.group(1)) for m in re.finditer(pattern, operator.metrics()))
+
+
+def _resyncs(operator: OperatorProcess) -> float:
+    return _count(operator, "ok")
+
+
+def test_time_to_ready(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """Figures: apply -> Deployment created and apply -> Ready, median of 20 (printed, asserted only loosely)."""
+    created, readies = [], []
+    for i in range(20):
+        name = f"t{i:02d}"
+        t0 = time.monotonic()
+        apply(cluster, svc(namespace, name=name))
+        wait_for(
+            lambda n=name: get(cluster, path(namespace, "deployments", n)),
+            timeout=60,
+            what="Deployment",
+            interval=0.02,
+            max_interval=0.05,
+        )
+        created.append(time.monotonic() - t0)
+        wait_for(
+            lambda n=name: ready(cluster, namespace, n),
+            timeout=90,
+            what="Ready",
+            interval=0.02,
+            max_interval=0.1,
+        )
+        readies.append(time.monotonic() - t0)
+    print(
+        f"\napply->Deployment median {statistics.median(created):.2f}s; apply->Ready median {statistics.median(readies):.2f}s"
+    )
+    assert statistics.median(readies) < 30
+
+
+@pytest.mark.parametrize("standalone", [False])
+def test_two_operators_never_fight(
+    cluster: ControlPlane, crds: list[str], namespace: str, standalone: bool
+) -> None:
+    """With peering, the higher-priority replica works and the other pauses."""
+    from pathlib import Path
+
+    peering = Path(__file__).resolve().parents[3] / "deploy" / "kopf-peering.yaml"
+    wait_for(
+        lambda: cluster.kubectl("apply", "--server-side", "-f", str(peering), check=False).returncode == 0,
+        timeout=30,
+        what="peering CRDs applied",
+    )
+    # Namespaced operators meet in a KopfPeering of their namespace.
+    peer = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "KopfPeering",
+        "metadata": {"name": "vllm-pooling-operator", "namespace": namespace},
+    }
+    wait_for(
+        lambda: apply(cluster, peer, check=False).returncode == 0, timeout=30, what="KopfPeering created"
+    )
+    low = OperatorProcess(cluster, "op-low", standalone=False, priority=10, extra=["-n", namespace]).start()
+    high = OperatorProcess(cluster, "op-high", standalone=False, priority=20, extra=["-n", namespace]).start()
+    try:
+        wait_for(
+            lambda: "Pausing operations in favour of" in low.log.read_text(),
+            timeout=60,
+            what="low-priority replica pauses",
+        )
+        apply(cluster, svc(namespace, name="peered"))
+        wait_for(lambda: ready(cluster, namespace, "peered"), timeout=90, what="Ready with two replicas")
+        assert "Created Deployment" in high.log.read_text() or "Applied" in high.log.read_text()
+        assert "peered" not in low.log.read_text()
+        high.stop()
+        wait_for(
+            lambda: "Resuming operations" in low.log.read_text(),
+            timeout=120,
+            what="low-priority replica resumes",
+        )
+    finally:
+        high.stop()
+        low.stop()

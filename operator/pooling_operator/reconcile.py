@@ -1,0 +1,250 @@
+"""parse -> build -> apply -> prune -> observe -> status, one function per kind, blind to which event fired.
+
+Level-based: everything is derived from the resource's spec and the children observed now. Writes happen
+only where observed differs from desired, so a steady resync sends no mutating request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.problems import Problem
+from pooling_operator.builders import BuildContext, build
+from pooling_operator.builders.common import selector_labels
+from pooling_operator.builders.diff import needs_apply
+from pooling_operator.k8s.api import KINDS, ApiError, Kube
+from pooling_operator.status import conditions
+from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
+from pooling_operator.vllm.contract import contract, resolve_version
+from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.validate import validate
+
+log = logging.getLogger(__name__)
+
+RECONCILES = Counter("vllm_pooling_operator_reconciles", "Reconciles run.", ["kind", "result"])
+WRITES = Counter("vllm_pooling_operator_writes", "Objects created, changed or deleted.", ["kind", "action"])
+DURATION = Histogram(
+    "vllm_pooling_operator_reconcile_duration_seconds", "Time of one reconcile.", ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+SERVICE_CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject")
+
+
+@dataclass
+class Context:
+    """What a reconcile needs besides the object: the API, operator settings and the known policies."""
+
+    kube: Kube
+    settings: Settings = field(default_factory=Settings)
+    operator_image: str | None = None
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        return self.locks.setdefault(uid, asyncio.Lock())
+
+    def background(self, coro: Any) -> None:
+        """Run a coroutine on the loop, keeping a reference so it is not garbage-collected mid-flight."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+class InvalidSpec(Exception):
+    """The resource breaks a rule; it is not retried until its spec changes."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems if p.severity == "error"))
+        self.problems = problems
+
+
+class Gone(Exception):
+    """The resource or its namespace went away while it was being reconciled: nothing left to do."""
+
+
+def _is_gone(exc: ApiError) -> bool:
+    return exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body)
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _policy_for(resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec]) -> AutoscalingPolicySpec | None:
+    a = resource.spec.autoscaling
+    if a is None:
+        return None
+    if a.policy_ref is not None:
+        return policies.get(a.policy_ref.name)
+    defaults = [p for p in policies.values() if p.default]
+    return defaults[0] if len(defaults) == 1 else None
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
+
+
+async def reconcile_service(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, Any]:
+    """Bring a PoolingService or ScoringService and its children to the desired state; returns the status."""
+    kind = body.get("kind", "?")
+    started = time.monotonic()
+    async with ctx.lock(body["metadata"]["uid"]):
+        try:
+            # The event's copy may predate our last status write (events queue while we hold the lock):
+            # read the object now so conditions and events are computed from what is really stored.
+            fresh = await ctx.kube.get(KINDS[kind], body["metadata"].get("namespace"), body["metadata"]["name"])
+            if fresh is None or fresh["metadata"].get("uid") != body["metadata"]["uid"]:
+                raise Gone(f"{kind} {body['metadata']['name']} no longer exists")
+            status = await _reconcile_service(ctx, fresh, policies)
+        except ApiError as exc:
+            if not _is_gone(exc):
+                RECONCILES.labels(kind, "error").inc()
+                raise
+            RECONCILES.labels(kind, "gone").inc()
+            raise Gone(str(exc)) from exc
+        except InvalidSpec:
+            RECONCILES.labels(kind, "invalid").inc()
+            raise
+        except Gone:
+            RECONCILES.labels(kind, "gone").inc()
+            raise
+        finally:
+            DURATION.labels(kind).observe(time.monotonic() - started)
+    RECONCILES.labels(kind, "ok").inc()
+    return status
+
+
+async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, Any]:
+    meta = body["metadata"]
+    old_status = body.get("status") or {}
+    generation = meta.get("generation")
+    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies) or None)
+    problems = result.errors
+    resource = result.resource
+    if not problems and isinstance(resource, PoolingService):
+        problems = _embedding_space_problems(resource, old_status)
+    if problems or resource is None:
+        status = invalid_status(generation, problems, "EmbeddingSpaceChanged" if problems and problems[0].path == "spec.embeddingSpace" else "InvalidSpec")
+        if old_status.get("embeddingSpace"):
+            status["embeddingSpace"] = old_status["embeddingSpace"]  # keep protecting the index
+        await _write_status(ctx, body, old_status, status)
+        raise InvalidSpec(problems)
+    assert isinstance(resource, PoolingService | ScoringService)
+
+    version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
+    c = contract(version)  # type: ignore[arg-type]
+    build_ctx = BuildContext(policy=_policy_for(resource, policies), **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+    desired = build(resource, c, build_ctx)
+    observed = await _observe_children(ctx, body, SERVICE_CHILDREN)
+    current = await _converge(ctx, body, desired, observed)
+
+    deployment = current.get(("Deployment", meta["name"]))
+    pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
+    container = next(o for o in desired if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    argv = [*container["command"], *container["args"]]
+    status = service_status(resource, c, argv, deployment, pods)
+    await _write_status(ctx, body, old_status, status)
+    if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
+        await ctx.kube.event(
+            body, "Warning", "RoutesNotProtected",
+            "vLLM checks the API key only on /v1, /v2, /inference and /cohere; these routes answer without it: "
+            + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
+        )
+    return status
+
+
+def _embedding_space_problems(resource: PoolingService, old_status: dict[str, Any]) -> list[Problem]:
+    """The embeddingSpace rule, for clusters where it was not enforced at admission."""
+    old = old_status.get("embeddingSpace") or {}
+    if not old.get("fingerprint"):
+        return []
+    if old.get("label") != resource.spec.embedding_space:
+        return []
+    if old["fingerprint"] == embedding_fingerprint(resource):
+        return []
+    from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE
+
+    return [Problem("spec.embeddingSpace", EMBEDDING_SPACE_MESSAGE)]
+
+
+def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+async def _observe_children(ctx: Context, body: dict[str, Any], kinds: tuple[str, ...]) -> dict[tuple[str, str], dict[str, Any]]:
+    meta = body["metadata"]
+    selector = selector_labels(meta["name"], body["kind"])
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    lists = await asyncio.gather(*(ctx.kube.list(KINDS[k], meta.get("namespace"), selector) for k in kinds))
+    for items in lists:
+        for obj in items:
+            if _owned_by(obj, meta["uid"]):
+                found[(obj["kind"], obj["metadata"]["name"])] = obj
+    return found
+
+
+async def _converge(
+    ctx: Context, body: dict[str, Any], desired: list[dict[str, Any]], observed: dict[tuple[str, str], dict[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Apply what differs, delete what is no longer desired; returns the children as they are now."""
+    current = dict(observed)
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+    for obj in desired:
+        key = (obj["kind"], obj["metadata"]["name"])
+        have = observed.get(key)
+        if not needs_apply(obj, have):
+            continue
+        try:
+            current[key] = await ctx.kube.apply(obj)
+        except ApiError as exc:
+            if exc.status == 404 and obj["kind"] in ("ServiceMonitor", "PodMonitor", "ScaledObject"):
+                await ctx.kube.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
+                continue
+            raise
+        action = "Created" if have is None else "Updated"
+        WRITES.labels(obj["kind"], action.lower()).inc()
+        log.info("%s %s", "Created" if have is None else "Applied", _ref(current[key]))
+        await ctx.kube.event(body, "Normal", action, f"{action} {obj['kind']} {obj['metadata']['name']}.")
+    for key, obj in observed.items():
+        if key in wanted:
+            continue
+        await ctx.kube.delete(obj)
+        current.pop(key, None)
+        WRITES.labels(obj["kind"], "deleted").inc()
+        log.info("Deleted %s", _ref(obj))
+        await ctx.kube.event(body, "Normal", "Deleted", f"Deleted {obj['kind']} {obj['metadata']['name']}: no longer desired.")
+    return current
+
+
+async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write status only when it changed; conditions keep their transition time unless they flipped."""
+    new = dict(new)
+    new["conditions"] = conditions.merge(old.get("conditions"), new["conditions"], now())
+    if new == old:
+        return
+    meta = body["metadata"]
+    patch = {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
+        "status": new,
+    }
+    await ctx.kube.apply(patch, subresource="status")
+    WRITES.labels(body["kind"], "status").inc()
+    for cond in conditions.flips(old.get("conditions"), new["conditions"]):
+        if not old and cond["status"] == "False" and cond["type"] in ("Ready", "Progressing", "Degraded"):
+            continue  # the first visit: nothing flipped yet, no noise
+        bad = (cond["type"] == "Degraded") == (cond["status"] == "True") and cond["type"] in ("Degraded", "SpecValid", "Ready")
+        await ctx.kube.event(body, "Warning" if bad else "Normal", cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")

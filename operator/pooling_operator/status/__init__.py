@@ -1,0 +1,1 @@
+"""Pure: observed children + generation -> status and conditions."""

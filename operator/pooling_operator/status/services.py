@@ -1,0 +1,168 @@
+"""Status of a PoolingService or ScoringService from its observed Deployment and pods."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.problems import Problem
+from pooling_operator.builders.common import selector_labels
+from pooling_operator.status.conditions import condition
+from pooling_operator.vllm.args import pooler_config
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.workload import MODE_ROUTES, workload
+
+CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
+
+
+def embedding_fingerprint(resource: PoolingService) -> str:
+    """sha256 of everything that changes the vectors this service returns."""
+    spec = resource.spec
+    pooling = spec.pooling.wire() if spec.pooling else {}
+    pooling.pop("chunkedProcessing", None)
+    essence = {
+        "model": spec.model.name,
+        "revision": spec.model.revision,
+        "hfOverrides": spec.model.hf_overrides,
+        "task": spec.task,
+        "convert": spec.convert,
+        "pooling": pooling,
+    }
+    return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def routes(resource: PoolingService | ScoringService, c: Contract) -> list[str]:
+    w = workload(resource)
+    if w.runner == "generate":
+        return c.routes(None, score=False, generate=True)
+    hints = w.model.hints
+    if isinstance(resource, ScoringService):
+        score = True  # a cross-encoder is validated to have one label
+    else:
+        score = w.task in ("embed", "token_embed") or (w.task == "classify" and bool(hints and hints.num_labels == 1))
+    return c.routes(w.task, score=score)
+
+
+def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str]) -> dict[str, Any]:
+    w = workload(resource)
+    out: dict[str, Any] = {"vllmVersion": c.version, "runner": w.runner}
+    if w.runner == "pooling":
+        config = pooler_config(w)
+        out["task"] = w.task
+        out["poolingType"] = config.get("seq_pooling_type") or config.get("tok_pooling_type") or "model default"
+        if "use_activation" in config:
+            out["normalize"] = config["use_activation"]
+        if "dimensions" in config:
+            out["dimensions"] = config["dimensions"]
+    if w.engine.max_model_len is not None:
+        out["maxModelLen"] = w.engine.max_model_len
+    out["args"] = argv
+    return out
+
+
+def contract_status(resource: ScoringService) -> dict[str, Any]:
+    spec = resource.spec
+    out: dict[str, Any] = {"mode": spec.mode, "route": MODE_ROUTES[spec.mode]}
+    if spec.generative is not None:
+        g = spec.generative
+        out.update({"labelTokenIds": [label.id for label in g.labels], "applySoftmax": g.apply_softmax, "itemFirst": g.item_first})
+        if g.query_template is not None:
+            out["queryTemplate"] = g.query_template
+    return out
+
+
+def _crashing(pods: list[dict[str, Any]]) -> str | None:
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+            if reason in CRASH_REASONS:
+                return f"pod {pod['metadata']['name']} container {cs.get('name')}: {reason}"
+    return None
+
+
+def service_status(
+    resource: PoolingService | ScoringService,
+    c: Contract,
+    argv: list[str],
+    deployment: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The whole status (conditions without timestamps) of a valid service."""
+    meta, spec = resource.metadata, resource.spec
+    generation = meta.generation
+    w = workload(resource)
+    dep_spec = (deployment or {}).get("spec") or {}
+    dep_status = (deployment or {}).get("status") or {}
+    desired = dep_spec.get("replicas", spec.replicas) if spec.autoscaling else spec.replicas
+    replicas = dep_status.get("replicas", 0)
+    ready = dep_status.get("readyReplicas", 0)
+    updated = dep_status.get("updatedReplicas", 0)
+    current = deployment is not None and dep_status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+
+    if deployment is None:
+        progressing = condition("Progressing", True, "Creating", "The Deployment is being created.", generation)
+    elif not current or updated < desired or replicas > desired or ready < desired:
+        progressing = condition(
+            "Progressing", True, "RollingOut",
+            f"{updated} of {desired} replicas updated, {ready} ready.", generation,
+        )
+    else:
+        progressing = condition("Progressing", False, "Complete", f"{ready} of {desired} replicas ready.", generation)
+
+    dep_conditions = {x.get("type"): x for x in dep_status.get("conditions") or []}
+    crash = _crashing(pods)
+    deadline = dep_conditions.get("Progressing", {}).get("reason") == "ProgressDeadlineExceeded"
+    if crash:
+        degraded = condition("Degraded", True, "CrashLoopBackOff", crash, generation)
+    elif deadline and ready < desired:
+        degraded = condition(
+            "Degraded", True, "StartupBudgetExceeded",
+            f"{ready} of {desired} replicas ready after the startup budget "
+            f"({w.engine.startup_timeout_seconds}s) and the rollout deadline.", generation,
+        )
+    else:
+        degraded = condition("Degraded", False, "Healthy", "No crash-looping pods; rollout within its deadline.", generation)
+
+    if desired == 0:
+        ready_cond = condition("Ready", False, "ScaledToZero", "The service has 0 replicas.", generation)
+    elif current and ready >= desired and updated >= desired:
+        ready_cond = condition("Ready", True, "Available", f"{ready} of {desired} replicas ready; routes answer.", generation)
+    else:
+        ready_cond = condition("Ready", False, "ReplicasNotReady", f"{ready} of {desired} replicas ready.", generation)
+
+    namespace = meta.namespace or "default"
+    service_routes = routes(resource, c)
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": [ready_cond, condition("SpecValid", True, "Valid", "Every rule of vLLM " + c.version + " holds.", generation), progressing, degraded],
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "selector": ",".join(f"{k}={v}" for k, v in selector_labels(w.name, w.kind).items()),
+        "endpoint": f"http://{meta.name}.{namespace}.svc:{spec.service.port}",
+        "routes": service_routes,
+        "effective": effective(resource, c, argv),
+    }
+    if spec.service.api_key_secret_ref is not None:
+        status["unprotectedRoutes"] = c.unprotected(service_routes)
+    if isinstance(resource, PoolingService):
+        status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(resource)}
+        if spec.embedding_space:
+            status["embeddingSpace"]["label"] = spec.embedding_space
+    else:
+        status["contract"] = contract_status(resource)
+    return status
+
+
+def invalid_status(generation: int | None, problems: list[Problem], reason: str = "InvalidSpec") -> dict[str, Any]:
+    """Status of a resource that breaks a rule: SpecValid=False naming the fields; Ready=False."""
+    errors = [p for p in problems if p.severity == "error"]
+    message = "; ".join(str(p) for p in errors)
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            condition("Ready", False, reason, "The spec is invalid; see SpecValid.", generation),
+            condition("SpecValid", False, reason, message, generation),
+        ],
+    }

@@ -1,0 +1,109 @@
+"""Pure status: conditions that move only on a flip, Ready/Progressing/Degraded from a Deployment, the
+published contract, and the desired-vs-observed comparison that keeps a steady resync write-free."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pooling_operator.builders import BuildContext, build
+from pooling_operator.builders.diff import needs_apply
+from pooling_operator.status import conditions
+from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
+from pooling_operator.vllm.contract import contract
+from pooling_operator.vllm.validate import validate
+from tests.factories import generative, pooling
+
+
+def parsed(obj: dict[str, Any]) -> Any:
+    result = validate(obj)
+    assert result.ok, result.errors
+    r = result.resource
+    r.metadata.generation = 3
+    return r
+
+
+def deployment(replicas: int, ready: int, updated: int | None = None, generation: int = 1, observed: int = 1, **cond: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "demo", "generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": observed, "replicas": replicas, "readyReplicas": ready,
+            "updatedReplicas": replicas if updated is None else updated,
+            "conditions": [{"type": "Progressing", "reason": cond.get("progress", "NewReplicaSetAvailable")}],
+        },
+    }
+
+
+def by_type(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_ready_progressing_degraded() -> None:
+    r = parsed(pooling({"replicas": 2}))
+    c = contract("0.33")
+    ready = by_type(service_status(r, c, [], deployment(2, 2), []))
+    assert ready == {"Ready": ("True", "Available"), "SpecValid": ("True", "Valid"),
+                     "Progressing": ("False", "Complete"), "Degraded": ("False", "Healthy")}
+    rolling = by_type(service_status(r, c, [], deployment(2, 1, updated=1), []))
+    assert rolling["Ready"] == ("False", "ReplicasNotReady") and rolling["Progressing"] == ("True", "RollingOut")
+    stale = by_type(service_status(r, c, [], deployment(2, 2, generation=2, observed=1), []))
+    assert stale["Ready"][0] == "False" and stale["Progressing"][0] == "True"
+    late = by_type(service_status(r, c, [], deployment(2, 0, progress="ProgressDeadlineExceeded"), []))
+    assert late["Degraded"] == ("True", "StartupBudgetExceeded")
+    crash_pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    assert by_type(service_status(r, c, [], deployment(2, 1), [crash_pod]))["Degraded"] == ("True", "CrashLoopBackOff")
+
+
+def test_status_fields() -> None:
+    r = parsed(pooling({"service": {"apiKeySecretRef": {"name": "k", "key": "k"}}, "embeddingSpace": "v1"}))
+    c = contract("0.33")
+    status = service_status(r, c, ["vllm", "serve"], deployment(1, 1), [])
+    assert status["observedGeneration"] == 3
+    assert status["endpoint"] == "http://demo.ns.svc:8000"
+    assert status["routes"] == ["/v1/embeddings", "/v2/embed", "/pooling", "/score", "/rerank", "/v2/rerank"]
+    assert "/pooling" in status["unprotectedRoutes"] and "/v1/embeddings" not in status["unprotectedRoutes"]
+    assert status["selector"] == "app.kubernetes.io/instance=demo,app.kubernetes.io/component=pooling-service"
+    assert status["effective"]["task"] == "embed" and status["effective"]["poolingType"] == "model default"
+    assert status["embeddingSpace"] == {"fingerprint": embedding_fingerprint(r), "label": "v1"}
+    g = service_status(parsed(generative()), c, [], deployment(1, 1), [])
+    assert g["routes"][0] == "/generative_scoring"
+    assert g["contract"] == {"mode": "generative", "route": "/generative_scoring", "labelTokenIds": [9454, 2753],
+                             "applySoftmax": True, "itemFirst": False}
+
+
+def test_fingerprint_follows_the_vector_space_only() -> None:
+    base = embedding_fingerprint(parsed(pooling()))
+    assert embedding_fingerprint(parsed(pooling({"replicas": 5, "engine": {"maxNumSeqs": 8}}))) == base
+    assert embedding_fingerprint(parsed(pooling({"pooling": {"normalize": False}}))) != base
+    assert embedding_fingerprint(parsed(pooling({"model": {"revision": "other"}}))) != base
+
+
+def test_transition_time_moves_only_on_a_flip() -> None:
+    first = conditions.merge(None, [conditions.condition("Ready", False, "X", "m", 1)], "t1")
+    same = conditions.merge(first, [conditions.condition("Ready", False, "Y", "other", 2)], "t2")
+    flipped = conditions.merge(same, [conditions.condition("Ready", True, "Z", "m", 2)], "t3")
+    assert [c["lastTransitionTime"] for c in (*first, *same, *flipped)] == ["t1", "t1", "t3"]
+    assert conditions.flips(first, same) == [] and [c["type"] for c in conditions.flips(same, flipped)] == ["Ready"]
+
+
+def test_invalid_status_names_the_fields() -> None:
+    result = validate(pooling({"pooling": {"type": "ALL"}}))
+    status = invalid_status(4, result.errors)
+    spec_valid = next(c for c in status["conditions"] if c["type"] == "SpecValid")
+    assert spec_valid["status"] == "False" and spec_valid["message"].startswith("spec.pooling.type: ")
+
+
+def test_needs_apply_ignores_server_additions_and_normalised_quantities() -> None:
+    desired = next(o for o in build(parsed(pooling({"resources": {"cpu": "0.5"}})), contract("0.33"), BuildContext()) if o["kind"] == "Deployment")
+    observed = copy.deepcopy(desired)
+    observed["metadata"].update({"uid": "u", "resourceVersion": "9", "managedFields": []})
+    observed["spec"]["progressDeadlineSeconds"] = desired["spec"]["progressDeadlineSeconds"]
+    observed["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
+    container = observed["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"]["cpu"] = "500m"
+    container["terminationMessagePath"] = "/dev/termination-log"
+    assert not needs_apply(desired, observed)
+    container["args"][-1] = "9999"
+    assert needs_apply(desired, observed)
+    assert needs_apply(desired, None)
