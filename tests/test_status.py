@@ -107,3 +107,23 @@ def test_needs_apply_ignores_server_additions_and_normalised_quantities() -> Non
     container["args"][-1] = "9999"
     assert needs_apply(desired, observed)
     assert needs_apply(desired, None)
+
+
+def test_hidden_state_job_status() -> None:
+    import json
+
+    from pooling_operator.status.jobs import count_indexes, job_status
+    from tests.factories import hidden_states
+
+    r = parsed(hidden_states())
+    cm = {"data": {"shard-0": json.dumps({"state": "budget_exceeded", "done": 5, "failed": 1, "bytes": 700}),
+                   "shard-1": json.dumps({"state": "running", "done": 7, "failed": 0, "bytes": 300}), "shard-x": "junk"}}
+    failed_job = {"status": {"failed": 1, "failedIndexes": "0", "succeeded": 1,
+                             "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]}}
+    status = job_status(r, failed_job, cm)
+    assert by_type(status)["Failed"] == ("True", "StorageBudgetExceeded")
+    assert status["samples"] == {"done": 12, "failed": 1} and status["bytesWritten"] == 1000
+    assert status["shards"] == {"total": 4, "succeeded": 1, "failed": 1, "active": 0}
+    running = job_status(r, {"status": {"active": 4}}, None)
+    assert by_type(running)["Progressing"] == ("True", "Running") and by_type(running)["Ready"][0] == "True"
+    assert count_indexes("1,3-5,9") == 5 and count_indexes("") == 0

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders import BuildContext, build
@@ -24,6 +24,7 @@ from pooling_operator.builders.common import selector_labels
 from pooling_operator.builders.diff import needs_apply
 from pooling_operator.k8s.api import KINDS, ApiError, Kube
 from pooling_operator.status import conditions
+from pooling_operator.status.jobs import job_status
 from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
@@ -38,6 +39,7 @@ DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 SERVICE_CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject")
+JOB_CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
 
 
 @dataclass
@@ -97,7 +99,8 @@ def _ref(obj: dict[str, Any]) -> str:
 
 
 async def reconcile_service(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, Any]:
-    """Bring a PoolingService or ScoringService and its children to the desired state; returns the status."""
+    """Bring a resource (PoolingService, ScoringService, HiddenStateJob) and its children to the desired
+    state; returns the status."""
     kind = body.get("kind", "?")
     started = time.monotonic()
     async with ctx.lock(body["metadata"]["uid"]):
@@ -107,7 +110,10 @@ async def reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappin
             fresh = await ctx.kube.get(KINDS[kind], body["metadata"].get("namespace"), body["metadata"]["name"])
             if fresh is None or fresh["metadata"].get("uid") != body["metadata"]["uid"]:
                 raise Gone(f"{kind} {body['metadata']['name']} no longer exists")
-            status = await _reconcile_service(ctx, fresh, policies)
+            if kind == "HiddenStateJob":
+                status = await _reconcile_job(ctx, fresh)
+            else:
+                status = await _reconcile_service(ctx, fresh, policies)
         except ApiError as exc:
             if not _is_gone(exc):
                 RECONCILES.labels(kind, "error").inc()
@@ -162,6 +168,27 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
             "vLLM checks the API key only on /v1, /v2, /inference and /cohere; these routes answer without it: "
             + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
         )
+    return status
+
+
+async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    old_status = body.get("status") or {}
+    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings)
+    if not result.ok or result.resource is None:
+        await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), result.errors))
+        raise InvalidSpec(result.errors)
+    resource = result.resource
+    assert isinstance(resource, HiddenStateJob)
+    version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
+    build_ctx = BuildContext(**({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+    desired = build(resource, contract(version), build_ctx)  # type: ignore[arg-type]
+    observed = await _observe_children(ctx, body, JOB_CHILDREN)
+    current = await _converge(ctx, body, desired, observed)
+    job = current.get(("Job", meta["name"]))
+    configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
+    status = job_status(resource, job, configmap)
+    await _write_status(ctx, body, old_status, status)
     return status
 
 
@@ -244,7 +271,9 @@ async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any],
     await ctx.kube.apply(patch, subresource="status")
     WRITES.labels(body["kind"], "status").inc()
     for cond in conditions.flips(old.get("conditions"), new["conditions"]):
-        if not old and cond["status"] == "False" and cond["type"] in ("Ready", "Progressing", "Degraded"):
+        if not old and cond["status"] == "False" and cond["type"] in ("Ready", "Progressing", "Degraded", "Succeeded", "Failed"):
             continue  # the first visit: nothing flipped yet, no noise
-        bad = (cond["type"] == "Degraded") == (cond["status"] == "True") and cond["type"] in ("Degraded", "SpecValid", "Ready")
+        bad = (cond["type"] in ("Degraded", "Failed") and cond["status"] == "True") or (
+            cond["type"] in ("SpecValid", "Ready") and cond["status"] == "False"
+        )
         await ctx.kube.event(body, "Warning" if bad else "Normal", cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")

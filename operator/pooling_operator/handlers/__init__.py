@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 PREFIX = "operator.vllm-pooling.io"
 FINALIZER = f"{PREFIX}/finalizer"
 MANAGED = {"app.kubernetes.io/managed-by": "vllm-pooling-operator"}
-SERVICES = ("poolingservices", "scoringservices")
+SERVICES = ("poolingservices", "scoringservices", "hiddenstatejobs")
+OWNER_KINDS = ("PoolingService", "ScoringService", "HiddenStateJob")
 RESYNC_SECONDS = max(1, int(float(os.environ.get("VPO_RESYNC_SECONDS", "60"))))
 
 
@@ -119,10 +120,13 @@ for _plural in SERVICES:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 async def child_changed(body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], type: str | None, **_: Any) -> None:
-    """A child Deployment changed (rollout progress, readiness, hand edits): reconcile its owner now."""
+    """A child Deployment or Job, or a job's progress ConfigMap, changed (rollout, readiness, shard
+    progress, hand edits): reconcile its owner now."""
     owner = next((r for r in body["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
-    if owner is None or owner.get("kind") not in ("PoolingService", "ScoringService"):
+    if owner is None or owner.get("kind") not in OWNER_KINDS:
         return
     ctx: Context = memo.ctx
     try:

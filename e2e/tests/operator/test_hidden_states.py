@@ -1,0 +1,78 @@
+"""HiddenStateJob on the real control plane: the Job's shape, progress aggregated into status, Succeeded
+once kwok completes the pods, deletion that leaves the data's volume claim alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from e2e.controlplane import GPU_PRODUCT, ControlPlane, wait_for
+from e2e.operator_process import OperatorProcess
+from tests.factories import hidden_states
+
+API = "/apis/vllm-pooling.io/v1alpha1"
+
+
+def get(cluster: ControlPlane, path: str) -> Any:
+    status, body = cluster.api.request("GET", path)  # type: ignore[union-attr]
+    return body if status == 200 else None
+
+
+def claims(cluster: ControlPlane, namespace: str) -> None:
+    """Two bound claims (static PersistentVolumes; there is no provisioner in the test cluster)."""
+    docs = []
+    for name in ("datasets", "hidden-states"):
+        pv = f"{namespace}-{name}"[:63]
+        docs.append({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                     "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                              "hostPath": {"path": f"/tmp/{pv}"},
+                              "claimRef": {"namespace": namespace, "name": name}}})
+        docs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
+                     "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
+                              "resources": {"requests": {"storage": "10Gi"}}}})
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    for name in ("datasets", "hidden-states"):
+        wait_for(lambda n=name: (get(cluster, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{n}") or {})
+                 .get("status", {}).get("phase") == "Bound", timeout=60, what=f"claim {name} Bound")
+
+
+def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_hidden_state_job_runs_to_success(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    claims(cluster, namespace)
+    job_obj = hidden_states({"shards": 2, "parallelism": 2, "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}},
+                             "output": {"storageBudget": "1Gi"}}, name="extract", namespace=namespace)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job_obj))
+    job = wait_for(lambda: get(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/extract"), timeout=60, what="Job")
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == ("Indexed", 2, 2, 3)
+    pod = spec["template"]["spec"]
+    assert pod["initContainers"][0]["name"] == "vllm" and pod["initContainers"][0]["restartPolicy"] == "Always"
+    assert pod["containers"][0]["args"][:2] == ["hidden-states", "run"]
+    volumes = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}
+    assert volumes.items() >= {"dataset": "datasets", "output": "hidden-states"}.items()
+    role = get(cluster, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/extract")
+    assert role["rules"][0]["resourceNames"] == ["extract-progress"]
+    # What the drivers would report (their own writes are tested against the stand-in in tests/).
+    report = {f"shard-{i}": json.dumps({"state": "succeeded", "done": 10 + i, "failed": i, "bytes": 1000, "total": 10 + 2 * i})
+              for i in range(2)}
+    cluster.kubectl("patch", "configmap/extract-progress", "-n", namespace, "--type=merge", "-p", json.dumps({"data": report}))
+
+    def succeeded() -> dict[str, Any] | None:
+        obj = get(cluster, f"{API}/namespaces/{namespace}/hiddenstatejobs/extract")
+        return obj if cond(obj, "Succeeded").get("status") == "True" and obj["status"]["samples"]["done"] == 21 else None
+
+    obj = wait_for(succeeded, timeout=120, what="Succeeded with the reported samples")
+    status = obj["status"]
+    assert status["samples"] == {"done": 21, "failed": 1} and status["bytesWritten"] == 2000
+    assert status["shards"]["total"] == 2 and status["shards"]["succeeded"] == 2
+    assert status["output"] == {"path": "hidden-states:/runs/qwen3-8b", "manifests": ["shard-0/manifest.jsonl", "shard-1/manifest.jsonl"]}
+    assert cond(obj, "Failed")["status"] == "False" and "completionTime" in status
+
+    cluster.kubectl("delete", "hsj/extract", "-n", namespace, "--wait=true")
+    wait_for(lambda: get(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/extract") is None, timeout=60, what="Job collected")
+    assert get(cluster, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/hidden-states") is not None

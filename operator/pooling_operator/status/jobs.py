@@ -1,0 +1,93 @@
+"""Status of a HiddenStateJob from its Job and the progress its shards report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pooling_operator.api import HiddenStateJob
+from pooling_operator.status.conditions import condition
+
+FAILURE_STATES = {"budget_exceeded": "StorageBudgetExceeded", "dataset_unreadable": "DatasetUnreadable"}
+
+
+def count_indexes(spec: str | None) -> int:
+    """Indexes in a Job's compressed list, e.g. '1,3-5' -> 4."""
+    total = 0
+    for part in (spec or "").split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        total += int(high or low) - int(low) + 1
+    return total
+
+
+def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """The shards' own reports (data key shard-<i>, compact JSON); unreadable entries are skipped."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, value in ((configmap or {}).get("data") or {}).items():
+        if not key.startswith("shard-"):
+            continue
+        try:
+            out[int(key.removeprefix("shard-"))] = json.loads(value)
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def job_status(resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None) -> dict[str, Any]:
+    spec, generation = resource.spec, resource.metadata.generation
+    js = (job or {}).get("status") or {}
+    job_conditions = {c.get("type"): c for c in js.get("conditions") or [] if c.get("status") == "True"}
+    progress = shard_progress(configmap)
+    failed_shards = count_indexes(js.get("failedIndexes")) if "failedIndexes" in js else js.get("failed", 0)
+    shards = {"total": spec.shards, "succeeded": js.get("succeeded", 0), "failed": failed_shards, "active": js.get("active", 0)}
+    samples = {"done": sum(int(p.get("done", 0)) for p in progress.values()),
+               "failed": sum(int(p.get("failed", 0)) for p in progress.values())}
+    written = sum(int(p.get("bytes", 0)) for p in progress.values())
+
+    states = {p.get("state") for p in progress.values()}
+    failure_reason = next((FAILURE_STATES[s] for s in FAILURE_STATES if s in states), None)
+    if "Complete" in job_conditions:
+        succeeded = condition("Succeeded", True, "AllShardsSucceeded", f"{spec.shards} shards wrote _SUCCESS; {samples['done']} samples.", generation)
+        failed = condition("Failed", False, "NoFailure", "No shard failed.", generation)
+        progressing = condition("Progressing", False, "Finished", "The job finished.", generation)
+        ready = condition("Ready", True, "Succeeded", "Every shard finished.", generation)
+    elif "Failed" in job_conditions:
+        reason = failure_reason or "ShardFailed"
+        message = job_conditions["Failed"].get("message") or "A shard exhausted its retries."
+        if failure_reason == "StorageBudgetExceeded":
+            message = f"A shard stopped before exceeding its share of output.storageBudget; {samples['done']} finished samples kept."
+        elif failure_reason == "DatasetUnreadable":
+            message = "A shard could not read the dataset."
+        succeeded = condition("Succeeded", False, reason, message, generation)
+        failed = condition("Failed", True, reason, message, generation)
+        progressing = condition("Progressing", False, "Finished", "The job finished.", generation)
+        ready = condition("Ready", False, reason, message, generation)
+    else:
+        running = job is not None
+        succeeded = condition("Succeeded", False, "Running" if running else "Creating", "Not finished yet.", generation)
+        failed = condition("Failed", False, "NoFailure", "No shard failed so far.", generation)
+        progressing = condition(
+            "Progressing", True, "Running" if running else "Creating",
+            f"{shards['succeeded']} of {spec.shards} shards done, {shards['active']} running; {samples['done']} samples.",
+            generation,
+        )
+        ready = condition("Ready", running, "Running" if running else "Creating", "The job is running." if running else "The Job is being created.", generation)
+    out_path = spec.output.volume
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": [ready, condition("SpecValid", True, "Valid", "Every rule holds.", generation), progressing, succeeded, failed],
+        "shards": shards,
+        "samples": samples,
+        "bytesWritten": written,
+        "output": {
+            "path": f"{out_path.claim_name}:{out_path.path}",
+            "manifests": [f"shard-{i}/manifest.jsonl" for i in sorted(progress)],
+        },
+    }
+    if js.get("startTime"):
+        status["startTime"] = js["startTime"]
+    if js.get("completionTime"):
+        status["completionTime"] = js["completionTime"]
+    return status
