@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import time
@@ -92,7 +93,7 @@ def up(run_dir: Path) -> int:
         "get", "pls", "minilm", "-n", "search", "-o", "jsonpath={.status.effective.args}"
     ).stdout
     say("The vLLM command line of search/minilm:")
-    print(" ".join(yaml.safe_load(args)))
+    print(shlex.join(yaml.safe_load(args)))
     print(f"\nKUBECONFIG={cluster.kubeconfig} {cluster.kubectl_path} get pooling -A   # look around")
     print(f"Operator log: {op.log}")
     print("Stop everything with: make demo-down")
