@@ -12,7 +12,7 @@ from typing import Any
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.crd import all_crds
-from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
@@ -54,16 +54,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_INVALID if any(not r.ok for _, r in results) else EXIT_OK
 
 
-def _policy_for(resource: Any, policies: dict[str, AutoscalingPolicySpec]) -> AutoscalingPolicySpec | None:
-    autoscaling = getattr(resource.spec, "autoscaling", None)
-    if autoscaling is None:
-        return None
-    if autoscaling.policy_ref is not None:
-        return policies.get(autoscaling.policy_ref.name)
-    defaults = [p for p in policies.values() if p.default]
-    return defaults[0] if len(defaults) == 1 else None
-
-
 def cmd_render(args: argparse.Namespace) -> int:
     results = _validate_all(args.paths, _settings(args))
     policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy) and r.ok}
@@ -80,7 +70,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
         c = contract(version)  # type: ignore[arg-type]
-        ctx = BuildContext(operator_image=args.operator_image, policy=_policy_for(resource, policies))
+        ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies))
         if args.vllm_args:
             namespace = resource.metadata.namespace or "default"
             command = next(

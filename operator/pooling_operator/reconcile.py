@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
-from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.common import selector_labels
@@ -83,16 +83,6 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _policy_for(resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec]) -> AutoscalingPolicySpec | None:
-    a = resource.spec.autoscaling
-    if a is None:
-        return None
-    if a.policy_ref is not None:
-        return policies.get(a.policy_ref.name)
-    defaults = [p for p in policies.values() if p.default]
-    return defaults[0] if len(defaults) == 1 else None
-
-
 def _ref(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
@@ -151,7 +141,7 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
 
     version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
     c = contract(version)  # type: ignore[arg-type]
-    build_ctx = BuildContext(policy=_policy_for(resource, policies), **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+    build_ctx = BuildContext(policy=policy_for(resource.spec.autoscaling, policies), **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
     desired = build(resource, c, build_ctx)
     observed = await _observe_children(ctx, body, SERVICE_CHILDREN)
     current = await _converge(ctx, body, desired, observed)

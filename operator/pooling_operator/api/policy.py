@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api.base import Duration, ObjectDict, Spec, StatusBase
-from pooling_operator.api.services import Backend, ScaleBehavior
+from pooling_operator.api.services import AutoscalingSpec, Backend, ScaleBehavior
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring:9090"
 
@@ -75,3 +77,14 @@ class AutoscalingPolicyStatus(StatusBase):
     """Observed state of an AutoscalingPolicy."""
 
     services: int | None = Field(default=None, description="Services following this policy.")
+
+
+def policy_for(autoscaling: AutoscalingSpec | None, policies: Mapping[str, AutoscalingPolicySpec]) -> AutoscalingPolicySpec | None:
+    """The policy an autoscaled service follows: the one it names, else the single default; None when the
+    service is not autoscaled or no such policy is known."""
+    if autoscaling is None:
+        return None
+    if autoscaling.policy_ref is not None:
+        return policies.get(autoscaling.policy_ref.name)
+    defaults = [p for p in policies.values() if p.default]
+    return defaults[0] if len(defaults) == 1 else None

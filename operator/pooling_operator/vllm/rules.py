@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
-from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import (
     EMBEDDING_SPACE_MESSAGE,
@@ -610,17 +610,13 @@ def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpe
         yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
     if policies is None:
         return
-    if a.policy_ref is not None:
-        policy = policies.get(a.policy_ref.name)
-        if policy is None:
-            yield Problem(
-                "spec.autoscaling.policyRef.name",
-                f"AutoscalingPolicy {a.policy_ref.name!r} does not exist; known: {', '.join(sorted(policies)) or 'none'}",
-            )
-            return
-    else:
-        defaults = [p for p in policies.values() if p.default]
-        policy = defaults[0] if len(defaults) == 1 else None
+    policy = policy_for(a, policies)
+    if a.policy_ref is not None and policy is None:
+        yield Problem(
+            "spec.autoscaling.policyRef.name",
+            f"AutoscalingPolicy {a.policy_ref.name!r} does not exist; known: {', '.join(sorted(policies)) or 'none'}",
+        )
+        return
     if policy is not None and a.backend not in policy.allowed_backends:
         yield Problem(
             "spec.autoscaling.backend",
