@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 
 from e2e.controlplane import GPU_PRODUCT, ControlPlane, wait_for
@@ -76,3 +77,44 @@ def test_hidden_state_job_runs_to_success(cluster: ControlPlane, operator: Opera
     cluster.kubectl("delete", "hsj/extract", "-n", namespace, "--wait=true")
     wait_for(lambda: get(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/extract") is None, timeout=60, what="Job collected")
     assert get(cluster, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/hidden-states") is not None
+
+
+def test_driver_reports_progress_with_only_its_role(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """The driver's progress writer, authenticated as the job's ServiceAccount, may patch its ConfigMap and
+    nothing else; the operator turns the report into status."""
+    import asyncio
+
+    from kubernetes import client
+
+    from pooling_operator.k8s.api import KINDS, ApiError, Kube
+    from pooling_operator.k8s.progress import ProgressConfigMap
+
+    claims(cluster, namespace)
+    job_obj = hidden_states({"shards": 2, "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}}}, name="progress", namespace=namespace)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job_obj))
+    wait_for(lambda: get(cluster, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/progress"), timeout=60, what="RoleBinding")
+    wait_for(lambda: get(cluster, f"/api/v1/namespaces/{namespace}/configmaps/progress-progress"), timeout=60, what="ConfigMap")
+    status, token = cluster.api.request(  # type: ignore[union-attr]
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/progress/token", {"spec": {"expirationSeconds": 600}})
+    assert status == 201, token
+    config = client.Configuration(host=cluster.server, api_key={"authorization": token["status"]["token"]}, api_key_prefix={"authorization": "Bearer"})
+    config.ssl_ca_cert = str(cluster.pki["ca.crt"])
+    kube = Kube(client.ApiClient(config))
+    try:
+        asyncio.run(ProgressConfigMap("progress-progress", namespace, kube).write(
+            "shard-1", json.dumps({"state": "running", "done": 7, "failed": 2, "bytes": 4096})))
+        with pytest.raises(ApiError) as denied:
+            asyncio.run(ProgressConfigMap("something-else", namespace, kube).write("shard-1", "{}"))
+        assert denied.value.status == 403
+        with pytest.raises(ApiError) as denied_read:
+            asyncio.run(kube.get(KINDS["Job"], namespace, "progress"))
+        assert denied_read.value.status == 403
+    finally:
+        kube.close()
+
+    def aggregated() -> dict[str, Any] | None:
+        obj = get(cluster, f"{API}/namespaces/{namespace}/hiddenstatejobs/progress")
+        status = (obj or {}).get("status") or {}
+        return obj if status.get("samples") == {"done": 7, "failed": 2} and status.get("bytesWritten") == 4096 else None
+
+    wait_for(aggregated, timeout=60, what="progress in status")
