@@ -24,6 +24,7 @@ class OperatorProcess:
         standalone: bool = True,
         priority: int | None = None,
         extra: list[str] | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.name = name
@@ -40,6 +41,8 @@ class OperatorProcess:
             *(extra or []),
         ]  # fmt: skip
         self.env = {**cluster.env(), "VPO_RESYNC_SECONDS": str(resync_seconds), "PYTHONUNBUFFERED": "1"}
+        if kubeconfig is not None:
+            self.env["KUBECONFIG"] = str(kubeconfig)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> OperatorProcess:
@@ -90,3 +93,29 @@ class OperatorProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+
+RBAC = REPO_ROOT / "deploy" / "rbac.yaml"
+
+
+def least_privilege_kubeconfig(cluster: ControlPlane, hours: int = 4) -> Path:
+    """A kubeconfig that authenticates as the operator's ServiceAccount of deploy/rbac.yaml (a TokenRequest
+    token), so the operator under test has exactly the permissions the deployment grants."""
+    import yaml
+
+    cluster.kubectl("apply", "--server-side", "-f", str(RBAC))
+    api = cluster.api
+    assert api is not None
+    wait_for(lambda: api.request("GET", "/api/v1/namespaces/vllm-pooling-operator/serviceaccounts/vllm-pooling-operator")[0] == 200,
+             timeout=30, what="operator ServiceAccount")
+    status, body = api.request(
+        "POST", "/api/v1/namespaces/vllm-pooling-operator/serviceaccounts/vllm-pooling-operator/token",
+        {"spec": {"expirationSeconds": hours * 3600}},
+    )
+    assert status == 201, body
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    user = config["contexts"][0]["context"]["user"]
+    config["users"] = [{"name": user, "user": {"token": body["status"]["token"]}}]
+    path = Path(cluster.run_dir) / "operator-sa.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -36,7 +36,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("a decoder with LAST pooling chunks", pooling({"model": QWEN_EMB, "pooling": {"type": "LAST"}, "engine": {"maxModelLen": 8192, "maxNumBatchedTokens": 2048}}), pooling({"model": QWEN_EMB, "pooling": {"type": "MEAN"}, "engine": {"maxModelLen": 8192, "maxNumBatchedTokens": 2048}}), "spec.engine.maxNumBatchedTokens", "MEAN pooling"),
     ("batched tokens >= max seqs", pooling({"engine": {"maxNumBatchedTokens": 256, "maxNumSeqs": 256}}), pooling({"engine": {"maxModelLen": 128, "maxNumBatchedTokens": 128, "maxNumSeqs": 256}}), "spec.engine.maxNumBatchedTokens", "maxNumSeqs"),
     ("max len within the model's", pooling({"engine": {"maxModelLen": 256}}), pooling({"engine": {"maxModelLen": 512}}), "spec.engine.maxModelLen", "at most 256"),
-    ("tensor parallel divides heads", pooling({"engine": {"tensorParallelSize": 4}}), pooling({"engine": {"tensorParallelSize": 5}}), "spec.engine.tensorParallelSize", "12 attention heads"),
+    ("tensor parallel divides heads", pooling({"engine": {"tensorParallelSize": 4}, "resources": {"gpu": {"count": 4}}}), pooling({"engine": {"tensorParallelSize": 5}}), "spec.engine.tensorParallelSize", "12 attention heads"),
     ("gpu memory utilization in (0, 1]", pooling({"engine": {"gpuMemoryUtilization": 1}}), pooling({"engine": {"gpuMemoryUtilization": 1.5}}), "spec.engine.gpuMemoryUtilization", "less than or equal to 1"),
     ("extraArgs: no owned flags", pooling({"engine": {"extraArgs": ["--enable-log-requests"]}}), pooling({"engine": {"extraArgs": ["--max-model-len", "512"]}}), "spec.engine.extraArgs[0]", "spec.engine.maxModelLen"),
     ("extraArgs: no --task", pooling(), pooling({"engine": {"extraArgs": ["--task", "embed"]}}), "spec.engine.extraArgs[0]", "no --task flag"),
@@ -56,6 +56,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("one model source", pooling({"model": {"revision": None, "source": {"volume": {"claimName": "models", "path": "/minilm"}}}}), pooling({"model": {"source": {"volume": {"claimName": "models"}, "huggingFace": {}}}}), "spec.model.source", "exactly one"),
     ("min <= max replicas", pooling({"autoscaling": {"minReplicas": 2, "maxReplicas": 2}}), pooling({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}), "spec.autoscaling.minReplicas", "less than or equal to maxReplicas"),
     ("quantities", pooling({"resources": {"memory": "64Gi", "cpu": "500m"}}), pooling({"resources": {"memory": "64 GB"}}), "spec.resources.memory", "not a Kubernetes quantity"),
+    ("one GPU per vLLM worker", pooling({"engine": {"tensorParallelSize": 2}, "resources": {"gpu": {"count": 2}}}), pooling({"engine": {"tensorParallelSize": 2, "extraArgs": ["--pipeline-parallel-size", "2"]}, "resources": {"gpu": {"count": 2}}}), "spec.resources.gpu.count", "vLLM needs 4"),
+    ("the listener is the operator's", pooling({"engine": {"extraArgs": ["-O3"]}}), pooling({"engine": {"extraArgs": ["--uds", "/tmp/s"]}}), "spec.engine.extraArgs[0]", "serves HTTP"),
+    ("a causal *Model chunks with LAST pooling", pooling({"model": {"hints": {"architectures": ["MistralModel"], "maxModelLen": 32768}}, "pooling": {"type": "LAST"}, "engine": {"maxModelLen": 32768, "maxNumBatchedTokens": 8192}}), pooling({"model": {"hints": {"architectures": ["XLMRobertaModel"], "maxModelLen": 8192}}, "pooling": {"type": "LAST"}, "engine": {"maxModelLen": 8192, "maxNumBatchedTokens": 4096}}), "spec.engine.maxNumBatchedTokens", "XLMRobertaModel is an encoder"),
     # ScoringService
     ("generative iff mode generative", scoring(), scoring({"generative": {"labels": [{"token": "Yes", "id": 1}]}}), "spec.generative", "exactly when mode is generative"),
     ("pooling only for biEncoder", scoring({"mode": "biEncoder", "model": {"hints": {"architectures": ["BertModel"]}}, "pooling": {"type": "CLS"}}), scoring({"pooling": {"type": "CLS"}}), "spec.pooling", "only to mode biEncoder"),
@@ -117,6 +120,10 @@ def test_policy_backend_checked_against_the_referenced_policy() -> None:
     assert [(p.path, "allowed: operator" in p.message) for p in problems] == [("spec.autoscaling.backend", True)]
     missing = pooling({"autoscaling": {"maxReplicas": 2, "policyRef": {"name": "nope"}}})
     assert [p.path for p in validate(missing, policies=policies).errors] == ["spec.autoscaling.policyRef.name"]
+    assert [p.path for p in validate(missing, policies={}).errors] == ["spec.autoscaling.policyRef.name"]
+    capped = {"default": AutoscalingPolicySpec.model_validate({"default": True, "limits": {"maxReplicas": 4}})}
+    above = pooling({"autoscaling": {"minReplicas": 6, "maxReplicas": 10}})
+    assert [p.path for p in validate(above, policies=capped).errors] == ["spec.autoscaling.minReplicas"]
 
 
 def test_bad_input_never_raises() -> None:

@@ -109,6 +109,20 @@ def test_needs_apply_ignores_server_additions_and_normalised_quantities() -> Non
     assert needs_apply(desired, None)
 
 
+def test_a_field_we_stop_setting_is_seen_through_the_hash() -> None:
+    from pooling_operator.builders.diff import with_hash
+
+    def deployment_of(spec: dict[str, Any]) -> dict[str, Any]:
+        return with_hash(next(o for o in build(parsed(pooling(spec)), contract("0.33"), BuildContext()) if o["kind"] == "Deployment"))
+
+    before = deployment_of({"template": {"priorityClassName": "gpu-high"}, "engine": {"env": [{"name": "EMPTY", "value": ""}]}})
+    observed = copy.deepcopy(before)
+    observed["spec"]["template"]["spec"]["containers"][0]["env"][-1].pop("value")  # the server drops ""
+    assert not needs_apply(before, observed)
+    after = deployment_of({"engine": {"env": [{"name": "EMPTY", "value": ""}]}})  # priorityClassName removed
+    assert needs_apply(after, observed)
+
+
 def test_hidden_state_job_status() -> None:
     import json
 
@@ -127,3 +141,19 @@ def test_hidden_state_job_status() -> None:
     running = job_status(r, {"status": {"active": 4}}, None)
     assert by_type(running)["Progressing"] == ("True", "Running") and by_type(running)["Ready"][0] == "True"
     assert count_indexes("1,3-5,9") == 5 and count_indexes("") == 0
+
+
+def test_peering_pause_rule() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from pooling_operator.handlers import others_outrank
+
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    fresh = (now - timedelta(seconds=10)).isoformat()
+    stale = (now - timedelta(seconds=600)).isoformat()
+    peers = {"me": {"priority": 10, "lifetime": 60, "lastseen": fresh}}
+    assert not others_outrank(peers, "me", 10, now)
+    assert others_outrank({**peers, "b": {"priority": 20, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
+    assert others_outrank({**peers, "tie": {"priority": 10, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
+    assert not others_outrank({**peers, "low": {"priority": 5, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
+    assert not others_outrank({**peers, "dead": {"priority": 99, "lifetime": 60, "lastseen": stale}}, "me", 10, now)

@@ -111,7 +111,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The operator: kopf with our handlers, a metrics port and a health endpoint."""
     import asyncio
     import logging
+    import os
     import random
+    import socket
 
     import kopf
     from prometheus_client import start_http_server
@@ -123,10 +125,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind)
-    ctx = Context(kube=Kube(), settings=_settings(args), operator_image=args.operator_image)
-    memo = kopf.Memo(ctx=ctx)
     # Replicas get distinct peering priorities: the highest works, the others pause (never fight).
     priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
+    identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"
+    ctx = Context(
+        kube=Kube(), settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []),
+        peering=None if args.standalone else args.peering, identity=identity, priority=priority,
+    )
+    memo = kopf.Memo(ctx=ctx)
     liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
     asyncio.run(
         kopf.operator(
@@ -135,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             standalone=args.standalone,
             peering_name=None if args.standalone else args.peering,
             priority=priority,
+            identity=identity,  # type: ignore[arg-type]
             liveness_endpoint=liveness,
             memo=memo,
         )

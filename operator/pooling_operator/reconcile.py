@@ -7,6 +7,7 @@ only where observed differs from desired, so a steady resync sends no mutating r
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -21,8 +22,10 @@ from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.common import selector_labels
-from pooling_operator.builders.diff import needs_apply
-from pooling_operator.k8s.api import KINDS, ApiError, Kube
+from pooling_operator.builders.diff import needs_apply, with_hash
+from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, KINDS, ApiError, Kube
+from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
+from pooling_operator.k8s.api import TransientError as TransientApiError
 from pooling_operator.status import conditions
 from pooling_operator.status.jobs import job_status
 from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
@@ -49,9 +52,14 @@ class Context:
     kube: Kube
     settings: Settings = field(default_factory=Settings)
     operator_image: str | None = None
+    namespaces: list[str] = field(default_factory=list)
+    peering: str | None = None  # kopf peering name; None when standalone
+    identity: str = ""
+    priority: int = 0
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -126,7 +134,8 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     meta = body["metadata"]
     old_status = body.get("status") or {}
     generation = meta.get("generation")
-    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies) or None)
+    # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error.
+    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies))
     problems = result.errors
     resource = result.resource
     if not problems and isinstance(resource, PoolingService):
@@ -144,7 +153,7 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     build_ctx = BuildContext(policy=policy_for(resource.spec.autoscaling, policies), **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
     desired = build(resource, c, build_ctx)
     observed = await _observe_children(ctx, body, SERVICE_CHILDREN)
-    current = await _converge(ctx, body, desired, observed)
+    current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
 
     deployment = current.get(("Deployment", meta["name"]))
     pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
@@ -174,7 +183,7 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     build_ctx = BuildContext(**({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
     desired = build(resource, contract(version), build_ctx)  # type: ignore[arg-type]
     observed = await _observe_children(ctx, body, JOB_CHILDREN)
-    current = await _converge(ctx, body, desired, observed)
+    current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
     job = current.get(("Job", meta["name"]))
     configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
     status = job_status(resource, job, configmap)
@@ -212,22 +221,55 @@ async def _observe_children(ctx: Context, body: dict[str, Any], kinds: tuple[str
     return found
 
 
+async def _converge_or_refuse(
+    ctx: Context, body: dict[str, Any], old_status: dict[str, Any], desired: list[dict[str, Any]],
+    observed: dict[tuple[str, str], dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """_converge, turning the API server's refusal of a child (a bad toleration, affinity or env source the
+    user wrote in a free-form field) into SpecValid=False and an event instead of an endless retry."""
+    try:
+        return await _converge(ctx, body, desired, observed)
+    except ApiError as exc:
+        if exc.status not in (400, 422) or isinstance(exc, TransientApiError):
+            raise
+        message = _server_message(exc)
+        problems = [Problem("spec", f"the API server refused a child object: {message}")]
+        status = invalid_status(body["metadata"].get("generation"), problems, "ChildRejected")
+        if old_status.get("embeddingSpace"):
+            status["embeddingSpace"] = old_status["embeddingSpace"]
+        await _write_status(ctx, body, old_status, status)
+        raise InvalidSpec(problems) from exc
+
+
+def _server_message(exc: ApiError) -> str:
+    try:
+        return str(json.loads(exc.body).get("message", exc.body))
+    except ValueError:
+        return exc.body[:500]
+
+
 async def _converge(
     ctx: Context, body: dict[str, Any], desired: list[dict[str, Any]], observed: dict[tuple[str, str], dict[str, Any]]
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Apply what differs, delete what is no longer desired; returns the children as they are now."""
     current = dict(observed)
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-    for obj in desired:
+    for obj in map(with_hash, desired):
         key = (obj["kind"], obj["metadata"]["name"])
         have = observed.get(key)
+        if have is not None and obj["kind"] == "Job":
+            continue  # a Job's pod template is immutable: created once, then only observed
         if not needs_apply(obj, have):
             continue
+        if have is not None and obj["kind"] == "Deployment":
+            await _hand_over_replicas(ctx, obj, have)
         try:
             current[key] = await ctx.kube.apply(obj)
         except ApiError as exc:
             if exc.status == 404 and obj["kind"] in ("ServiceMonitor", "PodMonitor", "ScaledObject"):
-                await ctx.kube.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
+                if (body["metadata"]["uid"], obj["kind"]) not in ctx.warned:
+                    ctx.warned.add((body["metadata"]["uid"], obj["kind"]))
+                    await ctx.kube.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
                 continue
             raise
         action = "Created" if have is None else "Updated"
@@ -243,6 +285,29 @@ async def _converge(
         log.info("Deleted %s", _ref(obj))
         await ctx.kube.event(body, "Normal", "Deleted", f"Deleted {obj['kind']} {obj['metadata']['name']}: no longer desired.")
     return current
+
+
+def _owns_replicas(obj: dict[str, Any], manager: str) -> bool:
+    for entry in obj["metadata"].get("managedFields") or []:
+        if entry.get("manager") == manager and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return True
+    return False
+
+
+async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: dict[str, Any]) -> None:
+    """When autoscaling takes over, give the current replica count to the autoscaler's field manager
+    before we stop setting it; otherwise dropping the field would reset the Deployment to 1 replica."""
+    if "replicas" in desired["spec"] or not _owns_replicas(observed, FIELD_MANAGER_NAME):
+        return
+    meta = observed["metadata"]
+    scale = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": {"replicas": observed["spec"].get("replicas", 1)},
+    }
+    await ctx.kube.apply(scale, manager=AUTOSCALER_FIELD_MANAGER)
+    log.info("Handed the replicas of Deployment %s/%s to the autoscaler", meta["namespace"], meta["name"])
 
 
 async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import ControlPlane
-from e2e.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
 
 
 @pytest.fixture(scope="session")
 def operator(cluster: ControlPlane, crds: list[str]) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(cluster).start()
+    """The operator under test runs with deploy/rbac.yaml's permissions only, so every operator-tier test
+    also proves that RBAC is enough."""
+    proc = OperatorProcess(cluster, kubeconfig=least_privilege_kubeconfig(cluster)).start()
     yield proc
     proc.stop()
 

@@ -414,3 +414,31 @@ def test_two_operators_never_fight(
     finally:
         high.stop()
         low.stop()
+
+
+def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """A free-form field (here a toleration effect) passes our schema but not the Deployment's."""
+    apply(cluster, svc(namespace, name="tol", spec={"template": {"tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedul"}]}}))
+
+    def refused() -> dict[str, Any] | None:
+        obj = get(cluster, path(namespace, "poolingservices", "tol"))
+        return obj if cond(obj, "SpecValid").get("reason") == "ChildRejected" else None
+
+    obj = wait_for(refused, timeout=60, what="SpecValid=False ChildRejected")
+    assert "NoSchedul" in cond(obj, "SpecValid")["message"]
+    assert any(e["reason"] == "ChildRejected" and e["type"] == "Warning" for e in events(cluster, namespace, "tol"))
+
+
+def test_autoscaling_takes_over_the_replica_count(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """Turning autoscaling on must not drop the Deployment to 1 replica while no autoscaler has written yet."""
+    apply(cluster, svc(namespace, spec={"replicas": 3}))
+    wait_for(lambda: (o := ready(cluster, namespace, "emb")) and o["status"]["readyReplicas"] == 3, timeout=90, what="3 replicas")
+    apply(cluster, svc(namespace, spec={"replicas": 3, "autoscaling": {"minReplicas": 1, "maxReplicas": 4}}))
+
+    def handed_over() -> dict[str, Any] | None:
+        dep = get(cluster, path(namespace, "deployments", "emb"))
+        managers = {m["manager"] for m in dep["metadata"]["managedFields"] if "f:replicas" in m.get("fieldsV1", {}).get("f:spec", {})}
+        return dep if managers == {"vllm-pooling-operator-autoscaler"} else None
+
+    dep = wait_for(handed_over, timeout=60, what="replicas owned by the autoscaler's field manager")
+    assert dep["spec"]["replicas"] == 3

@@ -1,17 +1,37 @@
-"""Is an observed object already what we would apply? Pure, so a steady resync sends no request at all."""
+"""Is an observed object already what we would apply? Pure, so a steady resync sends no request at all.
+
+Two checks: every field we set still has our value (catches hand edits), and the object carries the hash
+of what we last applied (catches fields we stopped setting, which a subset check cannot see; server-side
+apply then removes them).
+"""
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 from typing import Any
 
 from pooling_operator.api.quantity import parse_quantity
 
+HASH_ANNOTATION = "vllm-pooling.io/applied-hash"
+_EMPTY: tuple[Any, ...] = ("", [], {}, None)
 
-def _same_leaf(want: Any, have: Any) -> bool:
+
+def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with the hash of its own content in an annotation."""
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("annotations", {}).pop(HASH_ANNOTATION, None)
+    digest = hashlib.sha256(json.dumps(out, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    out["metadata"]["annotations"][HASH_ANNOTATION] = digest
+    return out
+
+
+def _same_leaf(want: Any, have: Any, quantity: bool) -> bool:
     if want == have:
         return True
-    # The API server normalises quantities ("0.5" -> "500m", 1 -> "1"): compare their values.
-    if isinstance(want, int | str) and isinstance(have, int | str) and not isinstance(want, bool):
+    # The API server normalises quantities ("0.5" -> "500m", 1 -> "1"): under resources, compare values.
+    if quantity and isinstance(want, int | str) and isinstance(have, int | str) and not isinstance(want, bool):
         try:
             return parse_quantity(want) == parse_quantity(have)
         except ValueError:
@@ -19,14 +39,20 @@ def _same_leaf(want: Any, have: Any) -> bool:
     return False
 
 
-def covers(have: Any, want: Any) -> bool:
+def covers(have: Any, want: Any, quantity: bool = False) -> bool:
     """True when every field of ``want`` is present in ``have`` with the same value (lists by position, same
-    length). Fields the server or other managers add are ignored, as server-side apply leaves them alone."""
+    length). Fields the server or other managers add are ignored, as server-side apply leaves them alone;
+    an empty value we set counts as present when the server dropped it (e.g. an env var's value: "")."""
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(k in have and covers(have[k], v) for k, v in want.items())
+        return isinstance(have, dict) and all(
+            covers(have[k], v, quantity or k in ("resources", "sizeLimit")) if k in have else v in _EMPTY
+            for k, v in want.items()
+        )
     if isinstance(want, list):
-        return isinstance(have, list) and len(have) == len(want) and all(covers(h, w) for h, w in zip(have, want, strict=True))
-    return _same_leaf(want, have)
+        return isinstance(have, list) and len(have) == len(want) and all(
+            covers(h, w, quantity) for h, w in zip(have, want, strict=True)
+        )
+    return _same_leaf(want, have, quantity)
 
 
 def needs_apply(desired: dict[str, Any], observed: dict[str, Any] | None) -> bool:

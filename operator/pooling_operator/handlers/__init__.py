@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -36,9 +37,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # We post our own events (child changes, condition flips); kopf's log-to-event posting would write
     # on every resync.
     settings.posting.enabled = False
-    # The watch restarts (and kopf re-lists every object) this often: that is the resync.
-    settings.watching.server_timeout = RESYNC_SECONDS
-    settings.watching.client_timeout = RESYNC_SECONDS + 30
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
 
 
@@ -107,9 +107,9 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
 for _plural in SERVICES:
 
     # One level-based handler for every event of the resource: creation, change, our own status writes (a
-    # no-op then) and the re-list kopf does whenever the watch restarts (every RESYNC_SECONDS: the resync).
-    # Event handlers need no finalizer and write no kopf bookkeeping onto the object, unlike change
-    # handlers and timers; so deletion works while the operator is down.
+    # no-op then). Event handlers need no finalizer and write no kopf bookkeeping onto the object, unlike
+    # change handlers and timers (kopf gives every timer a finalizer); so deletion works while the operator
+    # is down. The periodic resync is the operator-wide loop below.
     @kopf.on.event(GROUP, VERSION, _plural)
     async def reconcile_on_event(
         body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], type: str | None, **_: Any
@@ -136,9 +136,100 @@ async def child_changed(body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[s
         await reconcile_service(ctx, parent, _policies(policies))
     except (InvalidSpec, Gone):
         return
+    except TransientError as exc:
+        delay = _backoff(ctx, owner["uid"])
+        log.info("Will retry %s %s after a child change in %.0fs: %s", owner["kind"], owner["name"], delay, exc)
+        ref = (owner["kind"], body["metadata"]["namespace"], owner["name"], owner["uid"])
+        asyncio.get_running_loop().call_later(delay, lambda: ctx.background(_retry(ctx, policies, *ref)))
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+# ---- resync ------------------------------------------------------------------------------------------------
+# kopf's watches resume from the last resourceVersion and never re-list, and its timers need finalizers, so
+# the resync is one operator-wide loop: every RESYNC_SECONDS it lists the resources and reconciles each.
+# A replica that kopf's peering pauses (another replica has a higher priority) skips its turn.
+
+
+@kopf.on.startup()
+async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    memo.resync = asyncio.get_running_loop().create_task(_resync_forever(memo.ctx))
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "resync", None)
+    if task is not None:
+        task.cancel()
+
+
+async def _resync_forever(ctx: Context) -> None:
+    while True:
+        await asyncio.sleep(RESYNC_SECONDS)  # the resync period itself, not a wait for something
+        try:
+            if await _paused(ctx):
+                continue
+            await resync_all(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Resync failed; the next one runs in %ss", RESYNC_SECONDS)
+
+
+async def resync_all(ctx: Context) -> int:
+    """Reconcile every resource the operator watches; returns how many were visited."""
+    policies: dict[str, AutoscalingPolicySpec] = {}
+    for item in await ctx.kube.list(KINDS["AutoscalingPolicy"], None, {}):
+        try:
+            policies[item["metadata"]["name"]] = AutoscalingPolicySpec.model_validate(item.get("spec") or {})
+        except ValueError:
+            continue
+    bodies = []
+    for kind in OWNER_KINDS:
+        for namespace in ctx.namespaces or [None]:
+            bodies += [b for b in await ctx.kube.list(KINDS[kind], namespace, {}) if not b["metadata"].get("deletionTimestamp")]
+    limit = asyncio.Semaphore(8)
+
+    async def one(body: dict[str, Any]) -> None:
+        async with limit:
+            try:
+                await reconcile_service(ctx, body, policies)
+            except (InvalidSpec, Gone):
+                pass
+            except TransientError as exc:
+                log.info("Resync of %s %s/%s deferred: %s", body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"], exc)
+
+    await asyncio.gather(*(one(b) for b in bodies))
+    return len(bodies)
+
+
+async def _paused(ctx: Context) -> bool:
+    """True when kopf's peering pauses this replica: another live peer has the same or a higher priority."""
+    if ctx.peering is None:
+        return False
+    if ctx.namespaces:
+        path = f"/apis/kopf.dev/v1/namespaces/{ctx.namespaces[0]}/kopfpeerings/{ctx.peering}"
+    else:
+        path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{ctx.peering}"
+    try:
+        peering = await ctx.kube.request("GET", path)
     except ApiError as exc:
         if exc.status == 404:
-            return
+            return False  # no peering object: kopf runs standalone too
         raise
-    except TransientError as exc:
-        log.info("Deferred reconcile of %s/%s after a child change: %s", owner["kind"], owner["name"], exc)
+    return others_outrank(peering.get("status") or {}, ctx.identity, ctx.priority, datetime.now(UTC))
+
+
+def others_outrank(peers: dict[str, Any], identity: str, priority: int, now: datetime) -> bool:
+    for peer_id, info in peers.items():
+        if peer_id == identity or not isinstance(info, dict):
+            continue
+        try:
+            lastseen = datetime.fromisoformat(str(info.get("lastseen")))
+            alive = lastseen + timedelta(seconds=int(info.get("lifetime", 60))) > now
+        except (TypeError, ValueError):
+            continue
+        if alive and int(info.get("priority", 0)) >= priority:
+            return True
+    return False

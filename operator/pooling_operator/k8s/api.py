@@ -115,7 +115,9 @@ class Kube:
             response = self._client.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
             data = response.read()
         except ApiException as exc:
-            raise ApiError(exc.status or 0, exc.reason or "", str(exc.body or "")) from exc
+            status = exc.status or 0
+            cls = TransientError if status in (0, 409, 429) or status >= 500 else ApiError
+            raise cls(status, exc.reason or "", str(exc.body or "")) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransientError(0, type(exc).__name__, str(exc)) from exc
         if not 200 <= response.status < 300:

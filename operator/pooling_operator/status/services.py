@@ -18,17 +18,16 @@ CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Create
 
 
 def embedding_fingerprint(resource: PoolingService) -> str:
-    """sha256 of everything that changes the vectors this service returns."""
+    """sha256 of the fields the embeddingSpace rule protects (the same list as its CEL twin in api/):
+    model name and revision, pooling type, normalize and dimensions."""
     spec = resource.spec
-    pooling = spec.pooling.wire() if spec.pooling else {}
-    pooling.pop("chunkedProcessing", None)
+    pooling = spec.pooling
     essence = {
         "model": spec.model.name,
         "revision": spec.model.revision,
-        "hfOverrides": spec.model.hf_overrides,
-        "task": spec.task,
-        "convert": spec.convert,
-        "pooling": pooling,
+        "type": pooling.type if pooling else None,
+        "normalize": pooling.normalize if pooling else None,
+        "dimensions": pooling.dimensions if pooling else None,
     }
     return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

@@ -109,10 +109,8 @@ def vllm_command(
     w = workload(resource)
     engine = w.engine
     argv = ["vllm", "serve", model_argument(w), "--served-model-name", w.served_name]
-    if w.hidden_states:
-        argv += ["--host", "127.0.0.1", "--port", str(DEFAULT_PORT)]
-    else:
-        argv += ["--host", "0.0.0.0", "--port", str(port or DEFAULT_PORT)]
+    # 0.0.0.0 also for a job's sidecar: the kubelet probes the pod IP, not loopback (no Service exposes it).
+    argv += ["--host", "0.0.0.0", "--port", str(port or DEFAULT_PORT)]
     source = w.model.source
     if w.model.revision and (source is None or source.hugging_face is not None):
         argv += ["--revision", w.model.revision]

@@ -15,7 +15,7 @@ from typing import Any
 
 SUPPORTED_VERSIONS = ("0.32", "0.33")
 
-ALWAYS_ROUTES = ("/health", "/ping", "/metrics", "/v1/models", "/version", "/tokenize", "/detokenize", "/invocations")
+ALWAYS_ROUTES = ("/health", "/ping", "/metrics", "/v1/models", "/version", "/load", "/tokenize", "/detokenize", "/invocations")
 # The API-key middleware guards only these prefixes (serve/middleware/authenticate.py:11-62).
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 SCORE_ROUTES = ("/score", "/rerank", "/v2/rerank")
@@ -53,6 +53,8 @@ class Contract:
         name = option.split("=", 1)[0]
         if name in self.aliases:
             return self.aliases[name]
+        if not name.startswith("--") and name[:2] in self.aliases and len(name) > 2:
+            return self.aliases[name[:2]]  # an attached value, as in -O3
         if name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
             if name in self.flags:

@@ -27,6 +27,10 @@ BGE_M3 = "BgeM3EmbeddingModel"
 MLA = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK2ForCausalLM", "MiniCPM3ForCausalLM"})
 
 _GENERATE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "ChatModel", "LMHeadModel")
+# Base classes of causal families that vLLM serves as pooling models under a bare *Model name (e5-mistral's
+# MistralModel, LlamaModel, Qwen2Model...): still causal decoders, so vLLM chunks their prompts.
+_CAUSAL_BASES = ("Llama", "Mistral", "Mixtral", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Gemma3", "Phi3", "Granite", "InternLM2", "GPTNeoX", "Olmo", "Olmo2")
+_ENCODER_BASES = ("Bert", "XLMRoberta", "Roberta", "ModernBert", "DistilBert", "MPNet", "Electra", "DebertaV2", "Deberta", "NomicBert", "GteNew", "Camembert")
 _CLASSIFY_SUFFIXES = ("ForSequenceClassification", "ClassificationModel")
 _EMBED_SUFFIXES = ("EmbeddingModel", "ForTextEncoding", "RewardModel", "ForRewardModeling", "Model")
 
@@ -56,9 +60,18 @@ class ModelFacts:
     native: Native
 
     @property
-    def is_decoder(self) -> bool:
-        """Causal decoders can chunk prompts; encoders cannot (config/model.py:2175-2256)."""
-        return self.native == "generate"
+    def is_decoder(self) -> bool | None:
+        """Causal decoders can chunk prompts; encoders cannot (config/model.py:2175-2256). None when the
+        name alone does not tell."""
+        if self.native == "generate":
+            return True
+        base = self.architecture.removesuffix("ForSequenceClassification").removesuffix("ForTokenClassification")
+        base = base.removesuffix("EmbeddingModel").removesuffix("Model")
+        if base in _CAUSAL_BASES:
+            return True
+        if base in _ENCODER_BASES or self.native in ("late_interaction", "bge_m3"):
+            return False
+        return None
 
     def supported_tasks(self, convert: str) -> tuple[str, ...]:
         """Pooling tasks the model can serve after ``convert`` (gpu_model_runner.py:3151-3165)."""

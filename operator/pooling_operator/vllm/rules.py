@@ -62,6 +62,11 @@ COMMON_OWNED = {
     "--tensor-parallel-size": "spec.engine.tensorParallelSize",
     "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
     "--custom-histogram-buckets": "spec.autoscaling.p99LatencySeconds",
+    # The probes, the Service and the monitors speak plain HTTP on the port: the listener is ours.
+    "--uds": "(the operator serves HTTP on spec.service.port; probes and the Service need it)",
+    "--ssl-keyfile": "(plain HTTP inside the pod; terminate TLS at a gateway or mesh)",
+    "--ssl-certfile": "(plain HTTP inside the pod; terminate TLS at a gateway or mesh)",
+    "--root-path": "(routes are served at /; probes and status depend on it)",
 }
 SECRET_FLAGS = {
     "--api-key": "spec.service.apiKeySecretRef",
@@ -106,6 +111,7 @@ def check(
         problems.append(Problem("spec.engine.version" if w.engine.version else "spec.engine.image", error))
     if c is not None:
         problems += _extra_args(w, c, _needs_metrics(resource))
+        problems += _gpus(w, c, resource.spec.resources)
     if isinstance(resource, PoolingService):
         problems += _pooling_service(resource, w)
     elif isinstance(resource, ScoringService):
@@ -210,13 +216,35 @@ def parsed_extra_args(w: Workload, c: Contract) -> dict[str, str | None]:
         flag = c.canonical(arg) if arg.startswith("-") else None
         if flag is None:
             continue
-        value: str | None = arg.split("=", 1)[1] if "=" in arg else None
+        value: str | None = _attached_value(arg, c)
         if c.flags[flag].takes_value and value is None and i < len(args):
             if not args[i].startswith("-") or _is_number(args[i]):
                 value = args[i]
                 i += 1
         out[flag] = value
     return out
+
+
+def _gpus(w: Workload, c: Contract, resources: object) -> Iterator[Problem]:
+    """Every vLLM worker needs its own GPU: tensor x pipeline x data parallel <= GPUs per pod."""
+    gpu = getattr(resources, "gpu", None)
+    count = gpu.count if gpu is not None else 1
+    if count == 0:
+        return
+    given = parsed_extra_args(w, c)
+    sizes = {"tensor": w.engine.tensor_parallel_size or 1}
+    for flag, label in (("--pipeline-parallel-size", "pipeline"), ("--data-parallel-size", "data")):
+        try:
+            sizes[label] = int(given.get(flag) or 1)
+        except ValueError:
+            sizes[label] = 1
+    need = sizes["tensor"] * sizes["pipeline"] * sizes["data"]
+    if need > count:
+        yield Problem(
+            "spec.resources.gpu.count",
+            f"{count} GPU(s) per pod, but vLLM needs {need} (tensor {sizes['tensor']} x pipeline {sizes['pipeline']} "
+            f"x data {sizes['data']} parallel); raise gpu.count to {need} or lower the parallel sizes",
+        )
 
 
 def _extra_args(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Problem]:
@@ -282,7 +310,7 @@ def _extra_args_each(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[
             yield Problem(path, f"{name} is set by the operator from {owned[positive]}; set that instead")
         elif positive == "--disable-log-stats" and needs_metrics:
             yield Problem(path, "--disable-log-stats removes every vllm:* metric, which autoscaling and monitoring read")
-        value: str | None = arg.split("=", 1)[1] if "=" in arg else None
+        value: str | None = _attached_value(arg, c)
         if info.takes_value and value is None:
             if i < len(args) and (not args[i].startswith("-") or _is_number(args[i])):
                 value = args[i]
@@ -295,6 +323,15 @@ def _extra_args_each(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[
             continue
         if info.choices and value is not None and value not in info.choices:
             yield Problem(path, f"{name} accepts one of {', '.join(info.choices)}; got {value!r}")
+
+
+def _attached_value(arg: str, c: Contract) -> str | None:
+    """The value written into the option itself: --flag=VALUE, or a short alias with it attached (-O3)."""
+    if "=" in arg:
+        return arg.split("=", 1)[1]
+    if not arg.startswith("--") and arg not in c.aliases and len(arg) > 2 and arg[:2] in c.aliases:
+        return arg[2:]
+    return None
 
 
 def _is_number(text: str) -> bool:
@@ -436,7 +473,7 @@ def _chunk_reason(w: Workload) -> str | None:
         return f"{pooling_type} pooling needs the whole prompt in one step, so vLLM turns chunked prefill off"
     if f is not None and f.is_decoder:
         return None  # a causal decoder with LAST/ALL pooling chunks its prompts
-    if f is not None:
+    if f is not None and f.is_decoder is False:
         return f"{f.architecture} is an encoder, which vLLM cannot chunk"
     return (
         "vLLM chunks prompts only for causal decoders with LAST or ALL pooling (declare "
@@ -617,6 +654,12 @@ def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpe
             f"AutoscalingPolicy {a.policy_ref.name!r} does not exist; known: {', '.join(sorted(policies)) or 'none'}",
         )
         return
+    cap = policy.limits.max_replicas if policy is not None else None
+    if cap is not None and a.min_replicas > cap:
+        yield Problem(
+            "spec.autoscaling.minReplicas",
+            f"{a.min_replicas} is above the policy's limit of {cap} replicas (limits.maxReplicas); use at most {cap}",
+        )
     if policy is not None and a.backend not in policy.allowed_backends:
         yield Problem(
             "spec.autoscaling.backend",
