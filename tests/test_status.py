@@ -157,3 +157,21 @@ def test_peering_pause_rule() -> None:
     assert others_outrank({**peers, "tie": {"priority": 10, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
     assert not others_outrank({**peers, "low": {"priority": 5, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
     assert not others_outrank({**peers, "dead": {"priority": 99, "lifetime": 60, "lastseen": stale}}, "me", 10, now)
+
+
+def test_degraded_after_the_startup_budget_even_when_the_rollout_finished() -> None:
+    from datetime import UTC, datetime
+
+    from pooling_operator.status.services import degraded_by_time
+
+    r = parsed(pooling({"replicas": 2, "engine": {"startupTimeoutSeconds": 600}}))
+    c = contract("0.33")
+    old = [{"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "lastTransitionTime": "2026-11-29T10:00:00Z"}]
+    status = service_status(r, c, [], deployment(2, 1), [])
+    degraded_by_time(status, old, datetime(2026, 11, 29, 10, 5, tzinfo=UTC), 600)
+    assert by_type(status)["Degraded"] == ("False", "Healthy")
+    degraded_by_time(status, old, datetime(2026, 11, 29, 10, 11, tzinfo=UTC), 600)
+    assert by_type(status)["Degraded"] == ("True", "ReplicasUnavailable")
+    fine = service_status(r, c, [], deployment(2, 2), [])
+    degraded_by_time(fine, old, datetime(2026, 11, 29, 11, 0, tzinfo=UTC), 600)
+    assert by_type(fine)["Degraded"][0] == "False"

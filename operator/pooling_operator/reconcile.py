@@ -28,7 +28,12 @@ from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
 from pooling_operator.status import conditions
 from pooling_operator.status.jobs import job_status
-from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
+from pooling_operator.status.services import (
+    degraded_by_time,
+    embedding_fingerprint,
+    invalid_status,
+    service_status,
+)
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
@@ -160,6 +165,7 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     container = next(o for o in desired if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     argv = [*container["command"], *container["args"]]
     status = service_status(resource, c, argv, deployment, pods)
+    degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
     await _write_status(ctx, body, old_status, status)
     if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
         await ctx.kube.event(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
@@ -165,3 +166,23 @@ def invalid_status(generation: int | None, problems: list[Problem], reason: str 
             condition("SpecValid", False, reason, message, generation),
         ],
     }
+
+
+def degraded_by_time(status: dict[str, Any], old_conditions: list[dict[str, Any]] | None, now: datetime, budget_seconds: int) -> None:
+    """Degraded when fewer replicas than desired have been ready for longer than the startup budget, also
+    after a finished rollout (a lost node, a pod that never comes back), which the Deployment's own
+    progress deadline does not see. Mutates ``status``."""
+    new = {c["type"]: c for c in status["conditions"]}
+    ready, degraded = new.get("Ready"), new.get("Degraded")
+    if not ready or not degraded or ready["status"] == "True" or ready["reason"] != "ReplicasNotReady" or degraded["status"] == "True":
+        return
+    before = next((c for c in old_conditions or [] if c.get("type") == "Ready"), None)
+    if not before or before.get("status") != "False" or not before.get("lastTransitionTime"):
+        return
+    since = datetime.fromisoformat(before["lastTransitionTime"].replace("Z", "+00:00"))
+    waited = (now - since).total_seconds()
+    if waited > budget_seconds:
+        degraded.update(
+            status="True", reason="ReplicasUnavailable",
+            message=f"{ready['message']} for {int(waited)}s, longer than the startup budget ({budget_seconds}s).",
+        )
