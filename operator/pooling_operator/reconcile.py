@@ -20,6 +20,7 @@ from prometheus_client import Counter, Histogram
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.common import selector_labels
 from pooling_operator.builders.diff import needs_apply, with_hash
@@ -206,8 +207,6 @@ def _embedding_space_problems(resource: PoolingService, old_status: dict[str, An
         return []
     if old["fingerprint"] == embedding_fingerprint(resource):
         return []
-    from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE
-
     return [Problem("spec.embeddingSpace", EMBEDDING_SPACE_MESSAGE)]
 
 

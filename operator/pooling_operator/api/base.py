@@ -20,7 +20,6 @@ PRESERVE_UNKNOWN = {"x-kubernetes-preserve-unknown-fields": True}
 INT_OR_STRING = {"x-kubernetes-int-or-string": True}
 
 
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 

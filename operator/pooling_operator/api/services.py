@@ -20,12 +20,10 @@ from pooling_operator.api.base import (
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]
 SEQUENCE_TASKS = ("embed", "classify")
-TOKEN_TASKS = ("token_embed", "token_classify")
 EMBEDDING_TASKS = ("embed", "token_embed")
 Convert = Literal["auto", "none", "embed", "classify"]
 PoolingType = Literal["CLS", "MEAN", "LAST", "ALL", "STEP"]
 SEQUENCE_POOLING = ("CLS", "MEAN", "LAST")
-TOKEN_POOLING = ("ALL", "STEP")
 ScoringMode = Literal["crossEncoder", "biEncoder", "lateInteraction", "generative"]
 Backend = Literal["operator", "keda"]
 

@@ -32,6 +32,3 @@ def flips(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[d
     previous = {c.get("type"): c.get("status") for c in old or []}
     return [c for c in new if previous.get(c["type"]) != c["status"]]
 
-
-def get(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in conditions or [] if c.get("type") == type_), None)

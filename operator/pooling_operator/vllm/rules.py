@@ -16,7 +16,6 @@ from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingServi
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import (
-    EMBEDDING_SPACE_MESSAGE,
     EMBEDDING_TASKS,
     MATRYOSHKA_RULE,
     SEQUENCE_POOLING,
@@ -33,7 +32,7 @@ from pooling_operator.vllm.contract import (
 from pooling_operator.vllm.models import BGE_M3, MLA
 from pooling_operator.vllm.workload import Workload, workload
 
-__all__ = ["EMBEDDING_SPACE_MESSAGE", "Settings", "check", "owned_flags"]
+__all__ = ["Settings", "check", "owned_flags"]
 
 
 @dataclass(frozen=True)

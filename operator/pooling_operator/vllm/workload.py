@@ -43,9 +43,6 @@ class Workload:
             return facts(archs)
         return facts(self.model.hints.architectures if self.model.hints else None)
 
-    def spec_path(self, *parts: str) -> str:
-        return ".".join(("spec", *parts))
-
 
 def workload(resource: Workloadable) -> Workload:
     meta = resource.metadata
