@@ -103,6 +103,6 @@ def test_names_columns_and_subresources() -> None:
         assert "status" in version["subresources"]
     assert {c["spec"]["scope"] for c in all_crds() if c["spec"]["names"]["kind"] == "AutoscalingPolicy"} == {"Cluster"}
     pls = next(c for c in all_crds() if c["spec"]["names"]["kind"] == "PoolingService")
-    assert [c["name"] for c in pls["spec"]["versions"][0]["additionalPrinterColumns"]][:5] == [
-        "Model", "Task", "Ready", "Replicas", "Available"
+    assert [c["name"] for c in pls["spec"]["versions"][0]["additionalPrinterColumns"]][:6] == [
+        "Model", "Task", "Ready", "Reason", "Replicas", "Available"
     ]

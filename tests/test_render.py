@@ -12,7 +12,7 @@ import yaml
 
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.cli import main
-from pooling_operator.vllm.args import latency_buckets
+from pooling_operator.vllm.metrics import LATENCY_BUCKETS, SCOPE_LABELS, queries
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.validate import validate
 from tests.factories import generative, hidden_states, pooling
@@ -101,20 +101,33 @@ def test_deployment_gpu_plumbing() -> None:
         assert "ownerReferences" not in o["metadata"]  # offline: no live owner
 
 
-def test_autoscaling_leaves_replicas_out_and_brackets_the_latency_target() -> None:
-    out = objects(pooling({"autoscaling": {"maxReplicas": 4, "p99LatencySeconds": 0.05}}))
-    assert "replicas" not in out["Deployment"]["spec"]
-    args = vllm_container(out["Deployment"])["args"]
-    buckets = yaml.safe_load(args[args.index("--custom-histogram-buckets") + 1])["request_latency"]
-    assert buckets == sorted(buckets) and 0.05 in buckets and min(buckets) < 0.05 < max(buckets)
-    assert "ScaledObject" not in out  # backend operator
+def test_latency_buckets_are_fixed_and_fine_whatever_the_target() -> None:
+    templates = []
+    for p99 in ("50ms", "250ms", "2s", None):
+        autoscaling = {"maxReplicas": 4, **({"p99Latency": p99} if p99 else {})}
+        out = objects(pooling({"autoscaling": autoscaling}))
+        assert "replicas" not in out["Deployment"]["spec"]
+        assert "ScaledObject" not in out  # backend operator
+        args = vllm_container(out["Deployment"])["args"]
+        assert yaml.safe_load(args[args.index("--custom-histogram-buckets") + 1]) == {"request_latency": list(LATENCY_BUCKETS)}
+        templates.append(out["Deployment"]["spec"]["template"])
+    # Changing the p99 target (or dropping it) never changes the pod template, so it never rolls pods.
+    assert all(t == templates[0] for t in templates)
+    plain = vllm_container(objects(pooling())["Deployment"])["args"]
+    assert "--custom-histogram-buckets" in plain  # every service, autoscaled or not
+    assert LATENCY_BUCKETS[0] <= 0.005 and LATENCY_BUCKETS[-1] >= 600  # from a few ms to minutes
 
 
-def test_latency_buckets_bracket_any_target() -> None:
-    for target in (0.001, 0.05, 0.25, 1, 7.5, 120):
-        b = latency_buckets(target)
-        assert b == sorted(set(b)) and all(x > 0 for x in b)
-        assert min(b) < target < max(b) and target in b
+def test_scale_down_drains_requests_in_flight() -> None:
+    deploy = objects(pooling({"autoscaling": {"maxReplicas": 4}}))["Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    container = vllm_container(deploy)
+    pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    readiness = container["readinessProbe"]
+    # The pause outlasts a readiness period, so endpoints drop the pod while it still answers; the grace
+    # period covers the pause and the longest request the latency buckets still resolve finely (2 min).
+    assert pause > readiness["periodSeconds"]
+    assert pod["terminationGracePeriodSeconds"] >= pause + 120
 
 
 def test_secrets_come_from_secrets_and_offline_volume_models() -> None:
@@ -140,13 +153,25 @@ def test_monitors_and_keda() -> None:
 
     policy = AutoscalingPolicySpec.model_validate({"limits": {"maxReplicas": 6, "minScaleDownStabilizationSeconds": 600}})
     out = objects(obj, BuildContext(policy=policy))
-    assert out["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "http"
-    assert out["PodMonitor"]["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
+    endpoint = out["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http"
+    pod_endpoint = out["PodMonitor"]["spec"]["podMetricsEndpoints"][0]
+    assert pod_endpoint["path"] == "/metrics"
+    # Both monitors produce exactly the scope labels the autoscaler's queries match on.
+    for relabelings in (endpoint["relabelings"], pod_endpoint["relabelings"]):
+        assert {r["targetLabel"]: r["sourceLabels"][0] for r in relabelings} == SCOPE_LABELS
     so = out["ScaledObject"]["spec"]
     assert so["maxReplicaCount"] == 6  # capped by the policy
-    assert so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
-    queue = so["triggers"][0]["metadata"]
-    assert queue["threshold"] == "8" and 'model_name="demo"' in queue["query"] and 'namespace="ns"' in queue["query"]
+    behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600  # the policy's floor
+    assert behavior["scaleUp"] == {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]}
+    q = queries("ns", "demo", "pooling-service", "60s")
+    queue = so["triggers"][0]
+    assert (queue["name"], queue["metricType"], queue["metadata"]["threshold"]) == ("waiting", "AverageValue", "8")
+    assert queue["metadata"]["query"] == q.waiting
+    with_p99 = objects(pooling({"autoscaling": {"maxReplicas": 2, "backend": "keda", "p99Latency": "250ms"}}))
+    p99 = with_p99["ScaledObject"]["spec"]["triggers"][1]
+    assert (p99["name"], p99["metricType"], p99["metadata"]["threshold"], p99["metadata"]["query"]) == ("p99", "Value", "0.25", q.p99)
 
 
 def test_generative_raises_max_logprobs_only_when_needed() -> None:

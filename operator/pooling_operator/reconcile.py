@@ -18,9 +18,11 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
-from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, policy_name_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE
+from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE, AutoscalingSpec
+from pooling_operator.autoscaling.loop import Autoscaler
+from pooling_operator.autoscaling.scale import clear_status
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.common import selector_labels
 from pooling_operator.builders.diff import needs_apply, with_hash
@@ -28,6 +30,7 @@ from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, KINDS, ApiError, 
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
 from pooling_operator.status import conditions
+from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import job_status
 from pooling_operator.status.services import (
     degraded_by_time,
@@ -66,6 +69,7 @@ class Context:
     failures: dict[str, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
+    autoscaler: Autoscaler | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -144,19 +148,26 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies))
     problems = result.errors
     resource = result.resource
+    reason = C.INVALID_SPEC
+    policy: AutoscalingPolicySpec | None = None
     if not problems and isinstance(resource, PoolingService):
         problems = _embedding_space_problems(resource, old_status)
+        reason = C.EMBEDDING_SPACE_CHANGED
+    if not problems and isinstance(resource, PoolingService | ScoringService):
+        policy, problems = await _policy(ctx, resource, policies)
+        reason = C.POLICY_NOT_ALLOWED
     if problems or resource is None:
-        status = invalid_status(generation, problems, "EmbeddingSpaceChanged" if problems and problems[0].path == "spec.embeddingSpace" else "InvalidSpec")
+        status = invalid_status(generation, problems, reason if resource is not None else C.INVALID_SPEC)
         if old_status.get("embeddingSpace"):
             status["embeddingSpace"] = old_status["embeddingSpace"]  # keep protecting the index
         await _write_status(ctx, body, old_status, status)
+        await _stop_autoscaling(ctx, body)
         raise InvalidSpec(problems)
     assert isinstance(resource, PoolingService | ScoringService)
 
     version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
     c = contract(version)  # type: ignore[arg-type]
-    build_ctx = BuildContext(policy=policy_for(resource.spec.autoscaling, policies), **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+    build_ctx = BuildContext(policy=policy, **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
     desired = build(resource, c, build_ctx)
     observed = await _observe_children(ctx, body, SERVICE_CHILDREN)
     current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
@@ -168,6 +179,11 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     status = service_status(resource, c, argv, deployment, pods)
     degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
     await _write_status(ctx, body, old_status, status)
+    autoscaling = resource.spec.autoscaling
+    if ctx.autoscaler is not None and autoscaling is not None:
+        ctx.autoscaler.track(resource, policy)
+    if autoscaling is None or autoscaling.backend != "operator":
+        await _stop_autoscaling(ctx, body, keep_tracking=autoscaling is not None)
     if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
         await ctx.kube.event(
             body, "Warning", "RoutesNotProtected",
@@ -196,6 +212,43 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     status = job_status(resource, job, configmap)
     await _write_status(ctx, body, old_status, status)
     return status
+
+
+async def _policy(
+    ctx: Context, resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec]
+) -> tuple[AutoscalingPolicySpec | None, list[Problem]]:
+    """The policy the service follows, given its namespace's labels; a named policy whose namespaceSelector
+    leaves the namespace out is a problem (a condition, not a crash)."""
+    a = resource.spec.autoscaling
+    if a is None:
+        return None, []
+    named = policies.get(a.policy_ref.name) if a.policy_ref else None
+    needs_labels = (named is not None and named.namespace_selector) or (
+        a.policy_ref is None and any(p.default and p.namespace_selector for p in policies.values())
+    )
+    labels: dict[str, str] | None = None
+    if needs_labels:
+        ns = await ctx.kube.get(KINDS["Namespace"], None, resource.metadata.namespace or "default")
+        labels = dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+    if named is not None and labels is not None and not selects(named.namespace_selector, labels):
+        assert a.policy_ref is not None
+        return None, [Problem(
+            "spec.autoscaling.policyRef.name",
+            f"AutoscalingPolicy {a.policy_ref.name!r} does not allow namespace {resource.metadata.namespace!r} "
+            "(its namespaceSelector); name a policy that selects this namespace, or none to use the default",
+        )]
+    return policy_for(a, policies, labels), []
+
+
+async def _stop_autoscaling(ctx: Context, body: dict[str, Any], *, keep_tracking: bool = False) -> None:
+    """The operator no longer scales this service: forget it (unless it still counts towards the namespace's
+    GPU budget, as a KEDA-scaled service does) and remove the autoscaler's status."""
+    if ctx.autoscaler is None:
+        return
+    if keep_tracking:
+        await clear_status(ctx.kube, body)
+    else:
+        await ctx.autoscaler.stopped_autoscaling(body)
 
 
 def _embedding_space_problems(resource: PoolingService, old_status: dict[str, Any]) -> list[Problem]:
@@ -239,7 +292,7 @@ async def _converge_or_refuse(
             raise
         message = _server_message(exc)
         problems = [Problem("spec", f"the API server refused a child object: {message}")]
-        status = invalid_status(body["metadata"].get("generation"), problems, "ChildRejected")
+        status = invalid_status(body["metadata"].get("generation"), problems, C.CHILD_REJECTED)
         if old_status.get("embeddingSpace"):
             status["embeddingSpace"] = old_status["embeddingSpace"]
         await _write_status(ctx, body, old_status, status)
@@ -316,7 +369,13 @@ async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: d
 
 
 async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Write status only when it changed; conditions keep their transition time unless they flipped."""
+    """Write status only when what the reconcile owns changed (the autoscaler's block and conditions belong to
+    another field manager and are left out of the comparison and the apply); conditions keep their
+    transition time unless they flipped."""
+    old = {k: v for k, v in old.items() if k != "autoscaling"}
+    _, old["conditions"] = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
+    if not old["conditions"]:
+        old.pop("conditions")
     new = dict(new)
     new["conditions"] = conditions.merge(old.get("conditions"), new["conditions"], now())
     if new == old:
@@ -330,10 +389,59 @@ async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any],
     }
     await ctx.kube.apply(patch, subresource="status")
     WRITES.labels(body["kind"], "status").inc()
+    first_visit = not old.get("conditions")
     for cond in conditions.flips(old.get("conditions"), new["conditions"]):
-        if not old and cond["status"] == "False" and cond["type"] in ("Ready", "Progressing", "Degraded", "Succeeded", "Failed"):
+        if first_visit and cond["status"] == "False" and cond["type"] in (C.READY, C.PROGRESSING, C.DEGRADED, C.SUCCEEDED, C.FAILED):
             continue  # the first visit: nothing flipped yet, no noise
-        bad = (cond["type"] in ("Degraded", "Failed") and cond["status"] == "True") or (
-            cond["type"] in ("SpecValid", "Ready") and cond["status"] == "False"
-        )
-        await ctx.kube.event(body, "Warning" if bad else "Normal", cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")
+        await ctx.kube.event(body, conditions.event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")
+
+
+async def reconcile_policies(ctx: Context, policy_bodies: list[dict[str, Any]], services: list[dict[str, Any]]) -> None:
+    """Each policy's status: whether its spec holds, and how many services follow it (by policyRef, or as the
+    default). Written only when it changed."""
+    parsed: dict[str, AutoscalingPolicySpec] = {}
+    problems: dict[str, list[Problem]] = {}
+    for item in policy_bodies:
+        result = validate({k: v for k, v in item.items() if k != "status"}, ctx.settings)
+        problems[item["metadata"]["name"]] = result.errors
+        if result.ok and result.resource is not None:
+            parsed[item["metadata"]["name"]] = result.resource.spec  # type: ignore[assignment]
+    counts = policy_counts(services, parsed)
+    for item in policy_bodies:
+        name, generation = item["metadata"]["name"], item["metadata"].get("generation")
+        errors = problems.get(name) or []
+        if errors:
+            status = invalid_status(generation, errors)
+        else:
+            n = counts.get(name, 0)
+            status = {
+                "observedGeneration": generation,
+                "conditions": [
+                    conditions.condition(C.READY, True, C.AVAILABLE, f"{n} services follow this policy.", generation),
+                    conditions.condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation),
+                ],
+                "services": n,
+            }
+        try:
+            await _write_status(ctx, item, item.get("status") or {}, status)
+        except ApiError as exc:
+            log.info("Could not write the status of AutoscalingPolicy %s: %s", name, exc)
+
+
+def policy_counts(services: list[dict[str, Any]], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, int]:
+    """Services (valid, autoscaled) per policy name they follow; namespace selectors of default policies are
+    applied by the reconcile of each service, so a service outside them may be counted for a named policy it
+    cannot use (its own status says so)."""
+    counts: dict[str, int] = {}
+    for body in services:
+        raw = (body.get("spec") or {}).get("autoscaling")
+        if not isinstance(raw, dict):
+            continue
+        try:
+            autoscaling = AutoscalingSpec.model_validate(raw)
+        except ValueError:
+            continue
+        name = policy_name_for(autoscaling, policies)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -22,6 +22,15 @@ INT_OR_STRING = {"x-kubernetes-int-or-string": True}
 
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """A duration string as the API writes it (250ms, 1m30s, 2h) in seconds."""
+    if not re.match(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration such as 250ms, 30s, 5m or 1h")
+    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
 

@@ -108,8 +108,11 @@ AGE = _col("Age", ".metadata.creationTimestamp", "date", "Time since creation.")
 MODEL = _col("Model", ".spec.model.name", description="Model served.")
 SERVICE_COLUMNS = (
     _col("Ready", READY, description="Ready condition."),
+    _col("Reason", '.status.conditions[?(@.type=="Ready")].reason', description="Why Ready is what it is."),
     _col("Replicas", ".status.replicas", "integer", "Pods of the Deployment."),
     _col("Available", ".status.readyReplicas", "integer", "Ready pods."),
+    _col("Desired", ".status.autoscaling.desiredReplicas", "integer", "Replicas the autoscaler wants.", priority=1),
+    _col("Scaling", '.status.conditions[?(@.type=="ScalingLimited")].reason', description="What bounds the autoscaler.", priority=1),
     _col("Endpoint", ".status.endpoint", description="In-cluster URL.", priority=1),
     AGE,
 )

@@ -77,9 +77,16 @@ class PolicyRef(Spec):
     name: Name = Field(description="Name of the AutoscalingPolicy.")
 
 
+AUTOSCALING_MIN_REPLICAS_MESSAGE = (
+    "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "
+    "pod: use minReplicas >= 1 with backend operator, or backend keda with an external trigger"
+)
+
+
 class AutoscalingSpec(Spec):
-    """Scale on vLLM's queue depth and p99 latency read from Prometheus. Deployment replicas are then owned
-    by the autoscaler, never by the operator's apply."""
+    """Scale on what users feel: requests in the system and arrivals against the learned capacity of a
+    replica, queue depth and p99 latency, read from Prometheus. Deployment replicas are then owned by the
+    autoscaler (the /scale subresource), never by the operator's apply."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -88,32 +95,46 @@ class AutoscalingSpec(Spec):
                     "rule": "self.minReplicas <= self.maxReplicas",
                     "message": "minReplicas must be less than or equal to maxReplicas",
                     "fieldPath": ".minReplicas",
-                }
+                },
+                {
+                    "rule": "self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
+                    "message": AUTOSCALING_MIN_REPLICAS_MESSAGE,
+                    "fieldPath": ".minReplicas",
+                },
             ]
         }
     )
 
-    min_replicas: int = Field(default=1, ge=0, le=1000, description="Fewest replicas. Default 1.")
+    min_replicas: int = Field(
+        default=1, ge=0, le=1000, description="Fewest replicas. Default 1; 0 only with backend keda."
+    )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
-    queue_depth_per_replica: float | None = Field(
-        default=None, gt=0, description="Target of vllm:num_requests_waiting per ready replica. Default: policy's."
-    )
-    p99_latency_seconds: float | None = Field(
+    queue_depth_per_replica: int | None = Field(
         default=None,
-        gt=0,
-        le=3600,
-        description="Target p99 of vllm:e2e_request_latency_seconds. Also sets finer latency buckets "
-        "(--custom-histogram-buckets) around the target.",
+        ge=1,
+        le=100000,
+        description="Target of vllm:num_requests_waiting per ready replica. Default: the policy's, else 16.",
     )
-    window: Duration | None = Field(default=None, description="Rate window of the queries, e.g. 60s.")
-    scale_up: ScaleBehavior | None = Field(default=None, description="Scale-up behaviour.")
-    scale_down: ScaleBehavior | None = Field(default=None, description="Scale-down behaviour.")
+    p99_latency: Duration | None = Field(
+        default=None,
+        description="Target p99 of end-to-end request latency, a duration such as 250ms or 2s. Default: the "
+        "policy's. Changing it never changes the pods: every service exports the same fine latency buckets.",
+    )
+    window: Duration | None = Field(
+        default=None, description="Rate window of the queries, e.g. 60s. Default: the policy's, else 60s."
+    )
+    scale_up: ScaleBehavior | None = Field(
+        default=None, description="Scale-up behaviour. Default: stabilization 0 s, at most 4 replicas per 15 s."
+    )
+    scale_down: ScaleBehavior | None = Field(
+        default=None, description="Scale-down behaviour. Default: stabilization 300 s, at most 1 replica per 15 s."
+    )
     policy_ref: PolicyRef | None = Field(
         default=None, description="The AutoscalingPolicy to follow. Default: the policy marked default."
     )
     backend: Backend = Field(
         default="operator",
-        description="operator (built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
+        description="operator (the built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
     )
 
 
@@ -342,14 +363,26 @@ class EmbeddingSpaceStatus(Spec):
 
 
 class AutoscalingStatus(Spec):
-    """The autoscaler's last decision."""
+    """The autoscaler's last decision and the signals it read (observed values)."""
 
     model_config = ConfigDict(extra="ignore")
 
     desired_replicas: int | None = Field(default=None, description="Replicas the autoscaler wants.")
+    current_replicas: int | None = Field(default=None, description="Replicas of the Deployment when it decided.")
+    ready_replicas: int | None = Field(default=None, description="Replicas serving and reporting metrics.")
     queue_depth: float | None = Field(default=None, description="Waiting requests per ready replica.")
-    p99_latency_seconds: float | None = Field(default=None, description="Observed p99 latency.")
-    last_scale_time: str | None = Field(default=None, description="When replicas last changed.")
+    arrival_rate: float | None = Field(default=None, description="Estimated arrivals, requests per second.")
+    capacity_per_replica: float | None = Field(
+        default=None, description="Learned requests per second one replica serves at the current request size."
+    )
+    requests_in_system: float | None = Field(
+        default=None, description="Mean requests in the system (Little's law: rate of the latency sum)."
+    )
+    p99_latency_seconds: float | None = Field(default=None, description="Observed p99 latency, seconds.")
+    recommendations: dict[str, int] | None = Field(
+        default=None, description="Replicas each signal recommended; the largest wins."
+    )
+    last_scale_time: str | None = Field(default=None, description="When the autoscaler last changed replicas.")
     reason: str | None = Field(default=None, description="Why the last decision was taken.")
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL, AutoscalingPolicySpec
-from pooling_operator.api.services import AutoscalingSpec
+from pooling_operator.api.policy import (
+    DEFAULT_PROMETHEUS_URL,
+    STEP_PERIOD_SECONDS,
+    AutoscalingPolicySpec,
+    resolve_targets,
+)
 from pooling_operator.builders.common import (
+    COMPONENTS,
     CONTAINER_SECURITY,
     POD_SECURITY,
     BuildContext,
@@ -21,18 +26,20 @@ from pooling_operator.builders.common import (
     vllm_volumes,
 )
 from pooling_operator.vllm.args import vllm_command
-from pooling_operator.vllm.contract import LATENCY_METRIC, QUEUE_METRIC, Contract
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.metrics import Queries, queries, relabelings
 from pooling_operator.vllm.workload import workload
 
 Service = PoolingService | ScoringService
-
-
-def p99_target(autoscaling: AutoscalingSpec | None, policy: AutoscalingPolicySpec | None) -> float | None:
-    if autoscaling is None:
-        return None
-    if autoscaling.p99_latency_seconds is not None:
-        return autoscaling.p99_latency_seconds
-    return policy.defaults.p99_latency_seconds if policy else None
+SCRAPE_INTERVAL = "15s"
+KEDA_POLLING_SECONDS = 15
+# Scale-down never drops a request in flight: on deletion the pod first pauses (longer than the readiness
+# probe's period, so endpoints and load balancers stop sending to it while it still answers), then vLLM gets
+# SIGTERM and finishes what it holds; the grace period covers the pause and the longest request.
+PRESTOP_PAUSE_SECONDS = 10
+LONGEST_REQUEST_SECONDS = 120
+TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
+DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
 def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, Any]:
@@ -40,7 +47,7 @@ def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, A
     w = workload(resource)
     port = spec.service.port
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
-    argv = vllm_command(resource, c, port=port, p99_target=p99_target(spec.autoscaling, ctx.policy))
+    argv = vllm_command(resource, c, port=port)
     volumes, mounts = vllm_volumes(w)
     container = {
         "name": "vllm",
@@ -51,6 +58,7 @@ def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, A
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         **health_probes("http", w.engine.startup_timeout_seconds),
         "resources": resource_requirements(spec.resources),
+        "lifecycle": DRAIN_LIFECYCLE,
         "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }
@@ -58,7 +66,7 @@ def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, A
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "securityContext": POD_SECURITY,
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         **placement(spec.template, spec.resources),
         "containers": [container],
         "volumes": volumes,
@@ -117,7 +125,7 @@ def service_monitor(resource: Service) -> dict[str, Any]:
         "metadata": metadata(w, w.name, resource.metadata.uid),
         "spec": {
             "selector": {"matchLabels": selector_labels(w.name, w.kind)},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": SCRAPE_INTERVAL, "relabelings": relabelings()}],
         },
     }
 
@@ -130,63 +138,46 @@ def pod_monitor(resource: Service) -> dict[str, Any]:
         "metadata": metadata(w, w.name, resource.metadata.uid),
         "spec": {
             "selector": {"matchLabels": selector_labels(w.name, w.kind)},
-            "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": SCRAPE_INTERVAL, "relabelings": relabelings()}],
         },
     }
 
 
-def queries(resource: Service, policy: AutoscalingPolicySpec | None) -> dict[str, str]:
-    """PromQL for queue depth (summed; KEDA divides by replicas) and p99 latency of one service."""
+def service_queries(resource: Service, window: str) -> Queries:
+    """The autoscaler's PromQL for one service (scoped by the labels the monitors produce)."""
     w = workload(resource)
-    a = resource.spec.autoscaling
-    window = (a.window if a and a.window else None) or (policy.defaults.window if policy else "60s")
-    matchers = f'model_name="{w.served_name}"'
-    if w.namespace:
-        matchers = f'namespace="{w.namespace}",{matchers}'
-    return {
-        "queueDepth": f"sum({QUEUE_METRIC}{{{matchers}}})",
-        "p99Latency": f"histogram_quantile(0.99, sum by (le) (rate({LATENCY_METRIC}_bucket{{{matchers}}}[{window}])))",
-    }
+    return queries(w.namespace or "default", w.name, COMPONENTS[w.kind], window)
 
 
 def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None) -> dict[str, Any]:
+    """A KEDA ScaledObject with the built-in autoscaler's queue and p99 signals and its behaviour. KEDA cannot
+    learn a replica's capacity, so the demand and in-system signals stay with the operator backend."""
     w = workload(resource)
     a = resource.spec.autoscaling
     assert a is not None
-    defaults = policy.defaults if policy else None
-    max_replicas = a.max_replicas
-    if policy and policy.limits.max_replicas is not None:
-        max_replicas = min(max_replicas, policy.limits.max_replicas)
-    queue = a.queue_depth_per_replica or (defaults.queue_depth_per_replica if defaults else 16)
-    p99 = p99_target(a, policy)
-    url = policy.prometheus.url if policy else DEFAULT_PROMETHEUS_URL
-    q = queries(resource, policy)
+    t = resolve_targets(a, policy)
+    url = t.prometheus.url if t.prometheus else DEFAULT_PROMETHEUS_URL
+    q = service_queries(resource, t.window)
     triggers: list[dict[str, Any]] = [
         {
             "type": "prometheus",
-            "name": "queue-depth",
+            "name": "waiting",
             "metricType": "AverageValue",
-            "metadata": {"serverAddress": url, "query": q["queueDepth"], "threshold": _num(queue)},
+            "metadata": {"serverAddress": url, "query": q.waiting, "threshold": str(t.queue_per_replica)},
         }
     ]
-    if p99 is not None:
+    if t.p99_seconds is not None:
         triggers.append(
             {
                 "type": "prometheus",
-                "name": "p99-latency",
+                "name": "p99",
                 "metricType": "Value",
-                "metadata": {"serverAddress": url, "query": q["p99Latency"], "threshold": _num(p99)},
+                "metadata": {"serverAddress": url, "query": q.p99, "threshold": _num(t.p99_seconds)},
             }
         )
 
-    def behavior(direction: str, default_window: int, default_step: int) -> dict[str, Any]:
-        own = a.scale_up if direction == "up" else a.scale_down
-        fallback = (defaults.scale_up if direction == "up" else defaults.scale_down) if defaults else None
-        window = next((b.stabilization_seconds for b in (own, fallback) if b and b.stabilization_seconds is not None), default_window)
-        step = next((b.max_step for b in (own, fallback) if b and b.max_step is not None), default_step)
-        if direction == "down" and policy and policy.limits.min_scale_down_stabilization_seconds is not None:
-            window = max(window, policy.limits.min_scale_down_stabilization_seconds)
-        return {"stabilizationWindowSeconds": window, "policies": [{"type": "Pods", "value": step, "periodSeconds": 15}]}
+    def behavior(window: int, step: int) -> dict[str, Any]:
+        return {"stabilizationWindowSeconds": window, "policies": [{"type": "Pods", "value": step, "periodSeconds": STEP_PERIOD_SECONDS}]}
 
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -194,12 +185,15 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None) -> di
         "metadata": metadata(w, w.name, resource.metadata.uid),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": w.name},
-            "minReplicaCount": a.min_replicas,
-            "maxReplicaCount": max_replicas,
-            "pollingInterval": 15,
+            "minReplicaCount": t.min_replicas,
+            "maxReplicaCount": t.effective_max,
+            "pollingInterval": KEDA_POLLING_SECONDS,
             "advanced": {
                 "horizontalPodAutoscalerConfig": {
-                    "behavior": {"scaleUp": behavior("up", 0, 4), "scaleDown": behavior("down", 300, 1)}
+                    "behavior": {
+                        "scaleUp": behavior(t.up_window_seconds, t.up_max_step),
+                        "scaleDown": behavior(t.down_window_seconds, t.down_max_step),
+                    }
                 }
             },
             "triggers": triggers,

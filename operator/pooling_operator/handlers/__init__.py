@@ -14,9 +14,10 @@ from typing import Any
 import kopf
 
 from pooling_operator import GROUP, VERSION
-from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL, AutoscalingPolicySpec
+from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import KINDS, ApiError, TransientError
-from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_service
+from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "vllm-pooling-operator"}
 SERVICES = ("poolingservices", "scoringservices", "hiddenstatejobs")
 OWNER_KINDS = ("PoolingService", "ScoringService", "HiddenStateJob")
 RESYNC_SECONDS = max(1, int(float(os.environ.get("VPO_RESYNC_SECONDS", "60"))))
+AUTOSCALE_SECONDS = max(0.5, float(os.environ.get("VPO_AUTOSCALE_SECONDS", "15")))
 
 
 @kopf.on.startup()
@@ -115,6 +117,8 @@ for _plural in SERVICES:
         body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], type: str | None, **_: Any
     ) -> None:
         if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
+            if memo.ctx.autoscaler is not None:
+                memo.ctx.autoscaler.untrack(body["metadata"]["uid"])
             return
         await _run(body, memo, policies)
 
@@ -154,7 +158,12 @@ async def child_changed(body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[s
 
 @kopf.on.startup()
 async def start_resync(memo: kopf.Memo, **_: Any) -> None:
-    memo.resync = asyncio.get_running_loop().create_task(_resync_forever(memo.ctx))
+    ctx: Context = memo.ctx
+    memo.resync = asyncio.get_running_loop().create_task(_resync_forever(ctx))
+    ctx.autoscaler = Autoscaler(
+        ctx.kube, leading=lambda: _leading(ctx), period=AUTOSCALE_SECONDS,
+        default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+    )
 
 
 @kopf.on.cleanup()
@@ -162,6 +171,25 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
     task = getattr(memo, "resync", None)
     if task is not None:
         task.cancel()
+    if memo.ctx.autoscaler is not None:
+        await memo.ctx.autoscaler.close()
+
+
+async def _leading(ctx: Context) -> bool:
+    return not await _paused(ctx)
+
+
+@kopf.on.event(GROUP, VERSION, "autoscalingpolicies")
+async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
+    """A policy appeared, changed or went away: its services pick up the change now (not at the next resync),
+    and every policy's status counts the services that follow it."""
+    ctx: Context = memo.ctx
+    if await _paused(ctx):
+        return
+    try:
+        await resync_all(ctx)
+    except TransientError as exc:
+        log.info("Policy change deferred to the next resync: %s", exc)
 
 
 async def _resync_forever(ctx: Context) -> None:
@@ -178,9 +206,11 @@ async def _resync_forever(ctx: Context) -> None:
 
 
 async def resync_all(ctx: Context) -> int:
-    """Reconcile every resource the operator watches; returns how many were visited."""
+    """Reconcile every resource the operator watches, then every policy's status; returns how many resources
+    were visited."""
+    policy_bodies = await ctx.kube.list(KINDS["AutoscalingPolicy"], None, {})
     policies: dict[str, AutoscalingPolicySpec] = {}
-    for item in await ctx.kube.list(KINDS["AutoscalingPolicy"], None, {}):
+    for item in policy_bodies:
         try:
             policies[item["metadata"]["name"]] = AutoscalingPolicySpec.model_validate(item.get("spec") or {})
         except ValueError:
@@ -201,6 +231,7 @@ async def resync_all(ctx: Context) -> int:
                 log.info("Resync of %s %s/%s deferred: %s", body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"], exc)
 
     await asyncio.gather(*(one(b) for b in bodies))
+    await reconcile_policies(ctx, policy_bodies, bodies)
     return len(bodies)
 
 

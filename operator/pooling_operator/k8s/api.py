@@ -65,6 +65,8 @@ KINDS: dict[str, Kind] = {
         Kind("v1", "ServiceAccount", "serviceaccounts"),
         Kind("v1", "ConfigMap", "configmaps"),
         Kind("v1", "Pod", "pods"),
+        Kind("v1", "Secret", "secrets"),
+        Kind("v1", "Namespace", "namespaces", namespaced=False),
         Kind("v1", "Event", "events"),
         Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         Kind("batch/v1", "Job", "jobs"),
@@ -158,6 +160,19 @@ class Kube:
         query = [("fieldManager", manager), ("force", "true")]
         path = kind.path(meta.get("namespace"), meta["name"], subresource)
         return await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+
+    async def scale(self, namespace: str, name: str, replicas: int, *, manager: str = AUTOSCALER_FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply of a Deployment's /scale subresource: only spec.replicas, under the autoscaler's
+        field manager, so the operator's own apply (and GitOps tools) never see the change as drift."""
+        body = {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas},
+        }
+        path = KINDS["Deployment"].path(namespace, name, "scale")
+        query = [("fieldManager", manager), ("force", "true")]
+        return await self.request("PATCH", path, body=body, query=query, content_type="application/apply-patch+yaml")
 
     async def delete(self, obj: dict[str, Any]) -> None:
         kind = kind_of(obj)

@@ -1,10 +1,83 @@
-"""Conditions as the Kubernetes API conventions want them: lastTransitionTime moves only on a flip."""
+"""Every condition type and reason the operator sets, in one place, with what True means and who sets it.
+
+Conditions follow the Kubernetes API conventions: CamelCase reasons, `observedGeneration`, and a
+`lastTransitionTime` that moves only when the status flips. Two field managers write them (DESIGN.md):
+the reconcile (`vllm-pooling-operator`) owns every type but the autoscaler's two, which the autoscaler
+(`vllm-pooling-operator-autoscaler`) owns; conditions are a list-map keyed by `type`, so neither removes
+the other's entries.
+
+| type | True means | set by | present on |
+|---|---|---|---|
+| Ready | the desired replicas are ready by their readiness probes (vLLM's /health) and the Service exists; jobs: running or done without failure | status/ (reconcile) | all |
+| SpecValid | every rule of the resource's vLLM version (and its policy) holds | reconcile parse | all |
+| Progressing | a rollout, scale or job run is under way | status/ (reconcile) | services, jobs |
+| Degraded | pods crash-loop or cannot be created or placed (at once, with the controller's or scheduler's reason), or fewer replicas than desired are ready for longer than the startup budget | status/ (reconcile) | services |
+| MetricsAvailable | the autoscaler's queries return data | autoscaling/ | services with backend operator |
+| ScalingLimited | a bound (min, max, policy cap, GPU budget, unplaceable pods) stops the desired replica count | autoscaling/ | services with backend operator |
+| Succeeded / Failed | every shard wrote _SUCCESS / a shard exhausted its retries or the budget | status/ (reconcile) | jobs |
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-TYPES_ORDER = ("Ready", "SpecValid", "Progressing", "Degraded", "MetricsAvailable", "ScalingLimited", "Succeeded", "Failed")
+# ---- types ---------------------------------------------------------------------------------------------------
+READY = "Ready"
+SPEC_VALID = "SpecValid"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+METRICS_AVAILABLE = "MetricsAvailable"
+SCALING_LIMITED = "ScalingLimited"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SUCCEEDED, FAILED)
+AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED)  # owned by the autoscaler's field manager
+
+# ---- reasons -------------------------------------------------------------------------------------------------
+# Ready
+AVAILABLE = "Available"  # True: desired replicas ready
+REPLICAS_NOT_READY = "ReplicasNotReady"  # False: fewer ready than desired
+SCALED_TO_ZERO = "ScaledToZero"  # False: 0 replicas desired
+# SpecValid (also Ready=False with the same reason)
+VALID = "Valid"  # True
+INVALID_SPEC = "InvalidSpec"  # False: a rule is broken; the message names the field
+EMBEDDING_SPACE_CHANGED = "EmbeddingSpaceChanged"  # False: vector-space fields changed without a new label
+CHILD_REJECTED = "ChildRejected"  # False: the API server refused a child built from the spec
+POLICY_NOT_ALLOWED = "PolicyNotAllowed"  # False: the named AutoscalingPolicy does not select the namespace
+# Progressing
+CREATING = "Creating"  # True: the Deployment or Job is being created
+ROLLING_OUT = "RollingOut"  # True: replicas are being updated, added or removed
+COMPLETE = "Complete"  # False: the rollout finished
+RUNNING = "Running"  # True (jobs): shards are running
+FINISHED = "Finished"  # False (jobs): the job ended
+# Degraded
+HEALTHY = "Healthy"  # False
+CRASH_LOOP = "CrashLoopBackOff"  # True: a container cannot start or keeps crashing
+STARTUP_BUDGET_EXCEEDED = "StartupBudgetExceeded"  # True: the rollout missed its deadline
+REPLICAS_UNAVAILABLE = "ReplicasUnavailable"  # True: fewer ready than desired for longer than the startup budget
+FAILED_CREATE = "FailedCreate"  # True: the ReplicaSet controller cannot create pods (quota, PodSecurity, ...)
+UNSCHEDULABLE = "Unschedulable"  # True: the scheduler cannot place a pod (no GPU left, a missing volume, ...)
+# MetricsAvailable (autoscaler)
+QUERIES_ANSWERED = "QueriesAnswered"  # True
+NO_DATA = "NoData"  # False: a required query returned no series (named in the message); replicas held
+PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"  # False: Prometheus did not answer; replicas held
+# ScalingLimited (autoscaler)
+WITHIN_BOUNDS = "WithinBounds"  # False
+LIMIT_MIN = "MinReplicas"  # True: the signals want fewer than minReplicas
+LIMIT_MAX = "MaxReplicas"  # True: the signals want more than maxReplicas
+LIMIT_POLICY = "PolicyMaxReplicas"  # True: the policy's limits.maxReplicas caps the service
+LIMIT_BUDGET = "NamespaceGPUBudget"  # True: the policy's limits.maxGPUsPerNamespace leaves no room
+LIMIT_UNSCHEDULABLE = UNSCHEDULABLE  # True: pods cannot be placed; no replica is added (scheduler's message)
+# Succeeded / Failed (jobs)
+ALL_SHARDS_SUCCEEDED = "AllShardsSucceeded"  # Succeeded True
+NO_FAILURE = "NoFailure"  # Failed False
+STORAGE_BUDGET_EXCEEDED = "StorageBudgetExceeded"  # Failed True
+DATASET_UNREADABLE = "DatasetUnreadable"  # Failed True
+SHARD_FAILED = "ShardFailed"  # Failed True
+
+# Conditions whose True (or False) is bad news: their flips become Warning events.
+_BAD_WHEN_TRUE = (DEGRADED, FAILED, SCALING_LIMITED)
+_BAD_WHEN_FALSE = (SPEC_VALID, READY, METRICS_AVAILABLE)
 
 
 def condition(type_: str, status: bool | str, reason: str, message: str, generation: int | None) -> dict[str, Any]:
@@ -32,3 +105,17 @@ def flips(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[d
     previous = {c.get("type"): c.get("status") for c in old or []}
     return [c for c in new if previous.get(c["type"]) != c["status"]]
 
+
+def event_type(cond: dict[str, Any]) -> str:
+    """Warning for a flip into bad news, Normal otherwise."""
+    bad = (cond["type"] in _BAD_WHEN_TRUE and cond["status"] == "True") or (
+        cond["type"] in _BAD_WHEN_FALSE and cond["status"] == "False"
+    )
+    return "Warning" if bad else "Normal"
+
+
+def split(conditions: list[dict[str, Any]] | None, types: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(conditions of these types, the others)."""
+    mine = [c for c in conditions or [] if c.get("type") in types]
+    rest = [c for c in conditions or [] if c.get("type") not in types]
+    return mine, rest

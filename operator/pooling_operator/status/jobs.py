@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob
+from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 
-FAILURE_STATES = {"budget_exceeded": "StorageBudgetExceeded", "dataset_unreadable": "DatasetUnreadable"}
+FAILURE_STATES = {"budget_exceeded": C.STORAGE_BUDGET_EXCEEDED, "dataset_unreadable": C.DATASET_UNREADABLE}
 
 
 def count_indexes(spec: str | None) -> int:
@@ -49,35 +50,35 @@ def job_status(resource: HiddenStateJob, job: dict[str, Any] | None, configmap: 
     states = {p.get("state") for p in progress.values()}
     failure_reason = next((FAILURE_STATES[s] for s in FAILURE_STATES if s in states), None)
     if "Complete" in job_conditions:
-        succeeded = condition("Succeeded", True, "AllShardsSucceeded", f"{spec.shards} shards wrote _SUCCESS; {samples['done']} samples.", generation)
-        failed = condition("Failed", False, "NoFailure", "No shard failed.", generation)
-        progressing = condition("Progressing", False, "Finished", "The job finished.", generation)
-        ready = condition("Ready", True, "Succeeded", "Every shard finished.", generation)
+        succeeded = condition(C.SUCCEEDED, True, C.ALL_SHARDS_SUCCEEDED, f"{spec.shards} shards wrote _SUCCESS; {samples['done']} samples.", generation)
+        failed = condition(C.FAILED, False, C.NO_FAILURE, "No shard failed.", generation)
+        progressing = condition(C.PROGRESSING, False, C.FINISHED, "The job finished.", generation)
+        ready = condition(C.READY, True, C.SUCCEEDED, "Every shard finished.", generation)
     elif "Failed" in job_conditions:
-        reason = failure_reason or "ShardFailed"
+        reason = failure_reason or C.SHARD_FAILED
         message = job_conditions["Failed"].get("message") or "A shard exhausted its retries."
-        if failure_reason == "StorageBudgetExceeded":
+        if failure_reason == C.STORAGE_BUDGET_EXCEEDED:
             message = f"A shard stopped before exceeding its share of output.storageBudget; {samples['done']} finished samples kept."
-        elif failure_reason == "DatasetUnreadable":
+        elif failure_reason == C.DATASET_UNREADABLE:
             message = "A shard could not read the dataset."
-        succeeded = condition("Succeeded", False, reason, message, generation)
-        failed = condition("Failed", True, reason, message, generation)
-        progressing = condition("Progressing", False, "Finished", "The job finished.", generation)
-        ready = condition("Ready", False, reason, message, generation)
+        succeeded = condition(C.SUCCEEDED, False, reason, message, generation)
+        failed = condition(C.FAILED, True, reason, message, generation)
+        progressing = condition(C.PROGRESSING, False, C.FINISHED, "The job finished.", generation)
+        ready = condition(C.READY, False, reason, message, generation)
     else:
         running = job is not None
-        succeeded = condition("Succeeded", False, "Running" if running else "Creating", "Not finished yet.", generation)
-        failed = condition("Failed", False, "NoFailure", "No shard failed so far.", generation)
+        succeeded = condition(C.SUCCEEDED, False, C.RUNNING if running else C.CREATING, "Not finished yet.", generation)
+        failed = condition(C.FAILED, False, C.NO_FAILURE, "No shard failed so far.", generation)
         progressing = condition(
-            "Progressing", True, "Running" if running else "Creating",
+            C.PROGRESSING, True, C.RUNNING if running else C.CREATING,
             f"{shards['succeeded']} of {spec.shards} shards done, {shards['active']} running; {samples['done']} samples.",
             generation,
         )
-        ready = condition("Ready", running, "Running" if running else "Creating", "The job is running." if running else "The Job is being created.", generation)
+        ready = condition(C.READY, running, C.RUNNING if running else C.CREATING, "The job is running." if running else "The Job is being created.", generation)
     out_path = spec.output.volume
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": [ready, condition("SpecValid", True, "Valid", "Every rule holds.", generation), progressing, succeeded, failed],
+        "conditions": [ready, condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation), progressing, succeeded, failed],
         "shards": shards,
         "samples": samples,
         "bytesWritten": written,

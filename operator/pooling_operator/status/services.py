@@ -10,7 +10,9 @@ from typing import Any
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders.common import selector_labels
+from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
+from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.workload import MODE_ROUTES, workload
@@ -102,41 +104,44 @@ def service_status(
     current = deployment is not None and dep_status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
 
     if deployment is None:
-        progressing = condition("Progressing", True, "Creating", "The Deployment is being created.", generation)
+        progressing = condition(C.PROGRESSING, True, C.CREATING, "The Deployment is being created.", generation)
     elif not current or updated < desired or replicas > desired or ready < desired:
         progressing = condition(
-            "Progressing", True, "RollingOut",
+            C.PROGRESSING, True, C.ROLLING_OUT,
             f"{updated} of {desired} replicas updated, {ready} ready.", generation,
         )
     else:
-        progressing = condition("Progressing", False, "Complete", f"{ready} of {desired} replicas ready.", generation)
+        progressing = condition(C.PROGRESSING, False, C.COMPLETE, f"{ready} of {desired} replicas ready.", generation)
 
     dep_conditions = {x.get("type"): x for x in dep_status.get("conditions") or []}
     crash = _crashing(pods)
     deadline = dep_conditions.get("Progressing", {}).get("reason") == "ProgressDeadlineExceeded"
+    placement = placement_problem(deployment, pods)
     if crash:
-        degraded = condition("Degraded", True, "CrashLoopBackOff", crash, generation)
+        degraded = condition(C.DEGRADED, True, C.CRASH_LOOP, crash, generation)
+    elif placement is not None and ready < desired:
+        degraded = condition(C.DEGRADED, True, placement.reason, placement.message, generation)
     elif deadline and ready < desired:
         degraded = condition(
-            "Degraded", True, "StartupBudgetExceeded",
+            C.DEGRADED, True, C.STARTUP_BUDGET_EXCEEDED,
             f"{ready} of {desired} replicas ready after the startup budget "
             f"({w.engine.startup_timeout_seconds}s) and the rollout deadline.", generation,
         )
     else:
-        degraded = condition("Degraded", False, "Healthy", "No crash-looping pods; rollout within its deadline.", generation)
+        degraded = condition(C.DEGRADED, False, C.HEALTHY, "No crash-looping or unplaceable pods; rollout within its deadline.", generation)
 
     if desired == 0:
-        ready_cond = condition("Ready", False, "ScaledToZero", "The service has 0 replicas.", generation)
+        ready_cond = condition(C.READY, False, C.SCALED_TO_ZERO, "The service has 0 replicas.", generation)
     elif current and ready >= desired and updated >= desired:
-        ready_cond = condition("Ready", True, "Available", f"{ready} of {desired} replicas ready; routes answer.", generation)
+        ready_cond = condition(C.READY, True, C.AVAILABLE, f"{ready} of {desired} replicas ready.", generation)
     else:
-        ready_cond = condition("Ready", False, "ReplicasNotReady", f"{ready} of {desired} replicas ready.", generation)
+        ready_cond = condition(C.READY, False, C.REPLICAS_NOT_READY, f"{ready} of {desired} replicas ready.", generation)
 
     namespace = meta.namespace or "default"
     service_routes = routes(resource, c)
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": [ready_cond, condition("SpecValid", True, "Valid", "Every rule of vLLM " + c.version + " holds.", generation), progressing, degraded],
+        "conditions": [ready_cond, condition(C.SPEC_VALID, True, C.VALID, "Every rule of vLLM " + c.version + " holds.", generation), progressing, degraded],
         "replicas": replicas,
         "readyReplicas": ready,
         "selector": ",".join(f"{k}={v}" for k, v in selector_labels(w.name, w.kind).items()),
@@ -155,15 +160,15 @@ def service_status(
     return status
 
 
-def invalid_status(generation: int | None, problems: list[Problem], reason: str = "InvalidSpec") -> dict[str, Any]:
+def invalid_status(generation: int | None, problems: list[Problem], reason: str = C.INVALID_SPEC) -> dict[str, Any]:
     """Status of a resource that breaks a rule: SpecValid=False naming the fields; Ready=False."""
     errors = [p for p in problems if p.severity == "error"]
     message = "; ".join(str(p) for p in errors)
     return {
         "observedGeneration": generation,
         "conditions": [
-            condition("Ready", False, reason, "The spec is invalid; see SpecValid.", generation),
-            condition("SpecValid", False, reason, message, generation),
+            condition(C.READY, False, reason, "The spec is invalid; see SpecValid.", generation),
+            condition(C.SPEC_VALID, False, reason, message, generation),
         ],
     }
 
@@ -173,16 +178,16 @@ def degraded_by_time(status: dict[str, Any], old_conditions: list[dict[str, Any]
     after a finished rollout (a lost node, a pod that never comes back), which the Deployment's own
     progress deadline does not see. Mutates ``status``."""
     new = {c["type"]: c for c in status["conditions"]}
-    ready, degraded = new.get("Ready"), new.get("Degraded")
-    if not ready or not degraded or ready["status"] == "True" or ready["reason"] != "ReplicasNotReady" or degraded["status"] == "True":
+    ready, degraded = new.get(C.READY), new.get(C.DEGRADED)
+    if not ready or not degraded or ready["status"] == "True" or ready["reason"] != C.REPLICAS_NOT_READY or degraded["status"] == "True":
         return
-    before = next((c for c in old_conditions or [] if c.get("type") == "Ready"), None)
+    before = next((c for c in old_conditions or [] if c.get("type") == C.READY), None)
     if not before or before.get("status") != "False" or not before.get("lastTransitionTime"):
         return
     since = datetime.fromisoformat(before["lastTransitionTime"].replace("Z", "+00:00"))
     waited = (now - since).total_seconds()
     if waited > budget_seconds:
         degraded.update(
-            status="True", reason="ReplicasUnavailable",
+            status="True", reason=C.REPLICAS_UNAVAILABLE,
             message=f"{ready['message']} for {int(waited)}s, longer than the startup budget ({budget_seconds}s).",
         )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
-from pooling_operator.api.services import SEQUENCE_POOLING, AutoscalingSpec
+from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
 from pooling_operator.vllm.workload import Workload, workload
 
 MODEL_MOUNT = "/models"
@@ -57,24 +57,6 @@ def hf_overrides(w: Workload) -> dict[str, Any]:
     return overrides
 
 
-def latency_buckets(target: float) -> list[float]:
-    """Request-latency buckets bracketing a p99 target finely, then vLLM's defaults above it.
-
-    vLLM's defaults start at 0.3 s: too coarse for embeddings answering in tens of milliseconds.
-    """
-    factors = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
-    fine = {_round(target * f) for f in factors}
-    coarse = {b for b in (0.3, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 480, 1920) if b > target * 5}
-    return sorted(b for b in fine | coarse if b > 0)
-
-
-def _round(x: float) -> float:
-    if x <= 0:
-        return 0.0
-    digits = max(0, 3 - math.floor(math.log10(x)))
-    return round(x, digits)
-
-
 def _max_logprobs(w: Workload, c: Contract) -> int | None:
     """Raised to the label count when above vLLM's default, unless extraArgs already set it."""
     if w.generative is None or any(a.split("=", 1)[0].replace("_", "-") == "--max-logprobs" for a in w.engine.extra_args):
@@ -102,8 +84,6 @@ def vllm_command(
     c: Contract,
     *,
     port: int | None = None,
-    autoscaling: AutoscalingSpec | None = None,
-    p99_target: float | None = None,
 ) -> list[str]:
     """The vLLM container's full command line (command + args)."""
     w = workload(resource)
@@ -151,7 +131,9 @@ def vllm_command(
             "--kv-transfer-config", compact(transfer),
             "--no-enable-chunked-prefill",
         ]
-    if p99_target is not None:
-        argv += ["--custom-histogram-buckets", compact({"request_latency": latency_buckets(p99_target)})]
+    if not isinstance(resource, HiddenStateJob):
+        # Fixed, fine latency buckets for every service (vllm/metrics.py): p99 is meaningful from milliseconds
+        # up, and a change of the autoscaling target never changes the pod template.
+        argv += ["--custom-histogram-buckets", compact({LATENCY_FAMILY: list(LATENCY_BUCKETS)})]
     argv += list(engine.extra_args)
     return argv

@@ -21,9 +21,6 @@ PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 SCORE_ROUTES = ("/score", "/rerank", "/v2/rerank")
 HIDDEN_STATE_CONNECTORS = ("ExampleHiddenStatesConnector",)
 CONNECTOR_EXTRA_KEYS = ("shared_storage_path", "num_writer_threads", "allow_custom_save_path", "use_synchronization_lock")
-DEFAULT_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
-QUEUE_METRIC = "vllm:num_requests_waiting"
-LATENCY_METRIC = "vllm:e2e_request_latency_seconds"
 
 
 @dataclass(frozen=True)

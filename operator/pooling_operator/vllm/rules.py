@@ -13,9 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import (
+    AUTOSCALING_MIN_REPLICAS_MESSAGE,
     EMBEDDING_TASKS,
     MATRYOSHKA_RULE,
     SEQUENCE_POOLING,
@@ -60,7 +62,7 @@ COMMON_OWNED = {
     "--max-num-seqs": "spec.engine.maxNumSeqs",
     "--tensor-parallel-size": "spec.engine.tensorParallelSize",
     "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
-    "--custom-histogram-buckets": "spec.autoscaling.p99LatencySeconds",
+    "--custom-histogram-buckets": "(set by the operator: the same fine latency buckets for every service)",
     # The probes, the Service and the monitors speak plain HTTP on the port: the listener is ours.
     "--uds": "(the operator serves HTTP on spec.service.port; probes and the Service need it)",
     "--ssl-keyfile": "(plain HTTP inside the pod; terminate TLS at a gateway or mesh)",
@@ -644,6 +646,10 @@ def _hidden_state_job(resource: HiddenStateJob, w: Workload) -> Iterator[Problem
 def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
         yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
+    if a.min_replicas < 1 and a.backend != "keda":
+        yield Problem("spec.autoscaling.minReplicas", AUTOSCALING_MIN_REPLICAS_MESSAGE)
+    if a.p99_latency is not None and not 0 < duration_seconds(a.p99_latency) <= 3600:
+        yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
     if policies is None:
         return
     policy = policy_for(a, policies)
@@ -672,6 +678,9 @@ def _policy(resource: AutoscalingPolicy) -> Iterator[Problem]:
         yield Problem("spec.allowedBackends", "allowedBackends must name at least one backend")
     if len(set(spec.allowed_backends)) != len(spec.allowed_backends):
         yield Problem("spec.allowedBackends", "backends must be distinct")
+    p99 = spec.defaults.p99_latency
+    if p99 is not None and not 0 < duration_seconds(p99) <= 3600:
+        yield Problem("spec.defaults.p99Latency", f"{p99} must be above 0 and at most 1h, e.g. 500ms")
     down = spec.defaults.scale_down
     floor = spec.limits.min_scale_down_stabilization_seconds
     if down and down.stabilization_seconds is not None and floor is not None and down.stabilization_seconds < floor:

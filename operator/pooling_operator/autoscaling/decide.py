@@ -1,0 +1,319 @@
+"""The autoscaling decision: pure, values in and values out (no clock, no client, no environment).
+
+One call per service per period. Inputs: the service's signals as Prometheus returned them (`Signals`), what
+the Deployment and its pods look like (`Observed`), the targets and bounds (`Targets`), how many replicas the
+namespace's GPU budget leaves this service, and the `State` carried from the previous call. Output: the
+replica count to set, why, and the next state.
+
+The algorithm
+1. **No data holds.** When Prometheus cannot be reached, or a required query (the waiting gauge, the
+   completion counter) returns no series, the replicas are held where they are (fail static) and
+   `MetricsAvailable` is False naming the query. A series whose value is 0 is data: an idle service.
+2. **Learn the capacity of one replica** from what is observed, never from a fit: prompt tokens per second
+   per ready replica. While requests wait in the schedulers the service is saturated and that rate *is* the
+   capacity (smoothed). Otherwise it is a lower bound, kept as the highest seen; a lower bound is never used
+   to scale up. Tokens, not requests, so that a change of request size does not fool it.
+3. **Recommend, per signal,** an absolute replica count (HPA semantics: a usage ratio against a target,
+   ignored inside the tolerance band):
+   - `queue`: waiting requests against `queueDepthPerReplica` (the mission's signal; it moves only past
+     saturation on vLLM, so it is the backstop);
+   - `demand`: the arrival rate (completions plus the growth of the waiting gauge) in tokens per second
+     against the learned capacity at `TARGET_UTILIZATION`;
+   - `inSystem`: requests in the system (Little's law: the rate of the latency sum) against what one replica
+     holds while meeting the p99 target (capacity × utilisation × target). Batches grow and latency climbs
+     well before anything waits, so this moves before the waiting gauge does;
+   - `p99`: observed p99 against the target, only when above it (latency is not proportional to load, so
+     it never argues for fewer replicas);
+   - `idle`: no completions and nothing waiting recommends `minReplicas`.
+   The largest recommendation wins. Replicas still loading their model export no metrics and are not
+   capacity: per-replica figures divide by the pods that report.
+4. **Stabilise** (the HorizontalPodAutoscaler's rule): scale up to the smallest recommendation of the
+   scale-up window, down to the largest of the scale-down window.
+5. **Limit the step**: at most `maxStep` replicas added (removed) within any `STEP_PERIOD_SECONDS`.
+6. **Bound**: `minReplicas`, `maxReplicas`, the policy's `limits.maxReplicas`, the namespace GPU budget, and
+   no growth while pods of the service cannot be placed (the scheduler's message is the reason). A bound that
+   changes the outcome sets `ScalingLimited` with its name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from pooling_operator.api.policy import STEP_PERIOD_SECONDS
+from pooling_operator.api.policy import AutoscalingTargets as Targets
+from pooling_operator.status.conditions import (
+    LIMIT_BUDGET,
+    LIMIT_MAX,
+    LIMIT_MIN,
+    LIMIT_POLICY,
+    LIMIT_UNSCHEDULABLE,
+    NO_DATA,
+    PROMETHEUS_UNREACHABLE,
+    QUERIES_ANSWERED,
+    WITHIN_BOUNDS,
+)
+
+PERIOD_SECONDS = 15  # how often the operator decides (the HPA sync period)
+TARGET_UTILIZATION = 0.8  # share of the learned capacity a replica is planned to run at
+CAPACITY_SMOOTHING = 0.5  # weight of a new saturated observation
+SATURATED_WAITING_PER_REPLICA = 1.0  # waiting requests per reporting pod that mean "saturated"
+
+
+REQUIRED = ("waiting", "completions")
+
+
+@dataclass(frozen=True)
+class Signals:
+    """One read of the service's metrics. A field is None when its query returned no series; `p99` is None
+    also when nothing completed in the window (no latency to speak of). `unreachable` is set when
+    Prometheus did not answer at all."""
+
+    waiting: float | None = None
+    reporting: int | None = None
+    completions: float | None = None
+    in_system: float | None = None
+    tokens: float | None = None
+    p99: float | None = None
+    unreachable: str | None = None
+    queries: dict[str, str] = field(default_factory=dict, compare=False)  # name -> PromQL, for messages
+
+    def missing(self) -> str | None:
+        """The first required query without data."""
+        for name in REQUIRED:
+            if getattr(self, name) is None:
+                return name
+        if not self.reporting:
+            return "reporting"
+        return None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The Deployment and its pods now."""
+
+    replicas: int  # spec.replicas (what was last set)
+    ready: int = 0
+    unschedulable: str | None = None  # the scheduler's or controller's message when pods cannot be placed
+
+
+@dataclass(frozen=True)
+class State:
+    """Carried from one decision to the next (the loop keeps it per service)."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()  # (time, raw recommendation), newest last
+    scale_events: tuple[tuple[float, int], ...] = ()  # (time, change in replicas)
+    capacity_tokens: float | None = None  # prompt tokens/s one replica serves
+    capacity_saturated: bool = False  # True once the capacity was measured at saturation
+    last_waiting: tuple[float, float] | None = None  # (time, waiting) of the previous read
+    last_scale_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired: int
+    reason: str
+    state: State
+    metrics_available: bool
+    metrics_reason: str
+    metrics_message: str
+    limited: bool
+    limited_reason: str
+    limited_message: str
+    recommendations: dict[str, int] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)  # arrivalRate, capacityPerReplica, ...
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(round(x, 9)))
+
+
+def ratio_recommendation(base: int, usage_ratio: float, tolerance: float) -> int:
+    """HPA's rule: base × ratio rounded up, unless the ratio is within the tolerance band."""
+    if abs(usage_ratio - 1.0) <= tolerance:
+        return base
+    return _ceil(base * usage_ratio)
+
+
+def learn_capacity(state: State, signals: Signals, p99_target: float | None) -> State:
+    """Update the per-replica capacity (prompt tokens/s) from one read."""
+    reporting = signals.reporting or 0
+    if reporting <= 0 or not signals.tokens or signals.tokens <= 0:
+        return state
+    observed = signals.tokens / reporting
+    saturated = (signals.waiting or 0) / reporting >= SATURATED_WAITING_PER_REPLICA
+    if saturated:
+        if state.capacity_saturated and state.capacity_tokens:
+            value = (1 - CAPACITY_SMOOTHING) * state.capacity_tokens + CAPACITY_SMOOTHING * observed
+        else:
+            value = observed
+        return replace(state, capacity_tokens=value, capacity_saturated=True)
+    latency_ok = p99_target is None or signals.p99 is None or signals.p99 <= p99_target
+    if latency_ok and (state.capacity_tokens is None or observed > state.capacity_tokens):
+        return replace(state, capacity_tokens=observed)
+    return state
+
+
+def stabilize(history: Iterable[tuple[float, int]], now: float, current: int, up_window: int, down_window: int) -> int:
+    """HPA's stabilisation: up to the smallest recommendation of the up window, down to the largest of the down
+    window, otherwise stay."""
+    items = list(history)
+    ups = [r for t, r in items if t >= now - up_window]
+    downs = [r for t, r in items if t >= now - down_window]
+    up = min(ups) if ups else current
+    down = max(downs) if downs else current
+    if current < up:
+        return up
+    if current > down:
+        return down
+    return current
+
+
+def limit_step(events: Iterable[tuple[float, int]], now: float, current: int, wanted: int, up_step: int, down_step: int) -> int:
+    """At most up_step added / down_step removed within any STEP_PERIOD_SECONDS."""
+    recent = [d for t, d in events if t > now - STEP_PERIOD_SECONDS]
+    added = sum(d for d in recent if d > 0)
+    removed = -sum(d for d in recent if d < 0)
+    if wanted > current:
+        return min(wanted, current + max(0, up_step - added))
+    if wanted < current:
+        return max(wanted, current - max(0, down_step - removed))
+    return current
+
+
+def _bounds(targets: Targets, budget_replicas: int | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
+    """(bounded count, reason, message) — reason WITHIN_BOUNDS when nothing bit."""
+    t = targets
+    ceiling, reason, message = t.max_replicas, LIMIT_MAX, f"maxReplicas is {t.max_replicas}"
+    if t.policy_max_replicas is not None and t.policy_max_replicas < ceiling:
+        ceiling, reason, message = t.policy_max_replicas, LIMIT_POLICY, f"the policy's limits.maxReplicas is {t.policy_max_replicas}"
+    if budget_replicas is not None and budget_replicas < ceiling:
+        ceiling, reason, message = (
+            max(budget_replicas, 0), LIMIT_BUDGET,
+            f"the namespace's GPU budget (limits.maxGPUsPerNamespace) leaves room for {max(budget_replicas, 0)} replicas",
+        )
+    if observed.unschedulable and observed.replicas < ceiling:
+        ceiling, reason, message = observed.replicas, LIMIT_UNSCHEDULABLE, f"pods cannot be placed: {observed.unschedulable}"
+    floor = t.min_replicas
+    if wanted > ceiling:
+        return max(ceiling, floor if reason != LIMIT_UNSCHEDULABLE else min(floor, ceiling)), reason, f"wants {wanted} replicas but {message}"
+    if wanted < floor:
+        return floor, LIMIT_MIN, f"wants {wanted} replicas but minReplicas is {floor}"
+    return wanted, WITHIN_BOUNDS, f"{wanted} replicas are within [{floor}, {ceiling}]"
+
+
+def decide(
+    now: float,
+    signals: Signals,
+    observed: Observed,
+    targets: Targets,
+    state: State,
+    budget_replicas: int | None = None,
+) -> Decision:
+    """The replica count for one service now, and why."""
+    current = observed.replicas
+    # ---- 1. no data: hold -----------------------------------------------------------------------------
+    missing = signals.missing() if signals.unreachable is None else None
+    if signals.unreachable is not None or missing is not None:
+        held, _, _ = _bounds(targets, None, observed, current)
+        if signals.unreachable is not None:
+            why, message = PROMETHEUS_UNREACHABLE, f"Prometheus did not answer: {signals.unreachable}"
+        else:
+            query = signals.queries.get(missing or "", missing)
+            why, message = NO_DATA, f"no series for the {missing} query {query}" if query != missing else f"no data for {missing}"
+        reason = f"holding {held} replicas: {message}"
+        return Decision(
+            desired=held, reason=reason, state=state, metrics_available=False, metrics_reason=why,
+            metrics_message=message, limited=False, limited_reason=WITHIN_BOUNDS,
+            limited_message="replicas held while metrics are missing",
+        )
+
+    assert signals.waiting is not None and signals.completions is not None and signals.reporting
+    reporting = signals.reporting
+    state = learn_capacity(state, signals, targets.p99_seconds)
+    waiting = max(0.0, signals.waiting)
+    growth = 0.0
+    if state.last_waiting is not None and now > state.last_waiting[0]:
+        growth = max(0.0, (waiting - state.last_waiting[1]) / (now - state.last_waiting[0]))
+    state = replace(state, last_waiting=(now, waiting))
+    arrival = signals.completions + growth  # requests/s
+    tokens_per_request = signals.tokens / signals.completions if signals.tokens and signals.completions else None
+    capacity_rps = state.capacity_tokens / tokens_per_request if state.capacity_tokens and tokens_per_request else None
+
+    # ---- 3. recommendations -----------------------------------------------------------------------------
+    tol = targets.tolerance
+    recs: dict[str, int] = {}
+    idle = signals.completions <= 0 and waiting <= 0
+    if idle:
+        recs["idle"] = targets.min_replicas
+    recs["queue"] = ratio_recommendation(reporting, (waiting / reporting) / targets.queue_per_replica, tol)
+    if capacity_rps:
+        utilization = TARGET_UTILIZATION if state.capacity_saturated else 1.0
+        demand = ratio_recommendation(reporting, (arrival / reporting) / (capacity_rps * utilization), tol)
+        recs["demand"] = demand if state.capacity_saturated else min(demand, reporting)
+        if targets.p99_seconds and signals.in_system is not None and state.capacity_saturated:
+            per_replica = capacity_rps * TARGET_UTILIZATION * targets.p99_seconds
+            recs["inSystem"] = ratio_recommendation(reporting, (signals.in_system / reporting) / per_replica, tol)
+    if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
+        recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
+    if not idle and "demand" not in recs and "p99" not in recs:
+        recs["hold"] = current  # traffic, but nothing known yet about what fewer replicas could serve
+    binding = max(recs, key=lambda k: (recs[k], k != "hold"))
+    raw = recs[binding]
+    # Replicas still loading count towards the current size but not as capacity: a recommendation computed
+    # from the reporting pods is what the service needs in all.
+    horizon = now - max(targets.up_window_seconds, targets.down_window_seconds)
+    history = (*((t, r) for t, r in state.recommendations if t >= horizon), (now, raw))
+
+    # ---- 4.-6. stabilise, limit the step, bound ----------------------------------------------------------
+    stable = stabilize(history, now, current, targets.up_window_seconds, targets.down_window_seconds)
+    stepped = limit_step(state.scale_events, now, current, stable, targets.up_max_step, targets.down_max_step)
+    desired, limit_reason, limit_message = _bounds(targets, budget_replicas, observed, stepped)
+    limited = limit_reason != WITHIN_BOUNDS and desired != stepped
+
+    events = tuple((t, d) for t, d in state.scale_events if t > now - STEP_PERIOD_SECONDS)
+    last_scale = state.last_scale_time
+    if desired != current:
+        events += ((now, desired - current),)
+        last_scale = now
+    state = replace(state, recommendations=history, scale_events=events, last_scale_time=last_scale)
+
+    values = {"queueDepth": waiting / reporting, "arrivalRate": arrival}
+    if signals.in_system is not None:
+        values["requestsInSystem"] = signals.in_system
+    if capacity_rps:
+        values["capacityPerReplica"] = capacity_rps
+    if signals.p99 is not None:
+        values["p99LatencySeconds"] = signals.p99
+    reason = _explain(binding, recs, raw, desired, current, stable, stepped, limited, limit_message, values)
+    return Decision(
+        desired=desired, reason=reason, state=state, metrics_available=True, metrics_reason=QUERIES_ANSWERED,
+        metrics_message="every query returned data", limited=limited,
+        limited_reason=limit_reason if limited else WITHIN_BOUNDS,
+        limited_message=limit_message if limited else f"{desired} replicas are within the bounds",
+        recommendations=dict(recs), values=values,
+    )
+
+
+def _explain(binding: str, recs: dict[str, int], raw: int, desired: int, current: int, stable: int, stepped: int,
+             limited: bool, limit_message: str, values: dict[str, float]) -> str:
+    what = {
+        "idle": "no traffic",
+        "queue": f"{values['queueDepth']:.1f} waiting per replica",
+        "demand": f"arrivals {values['arrivalRate']:.1f}/s against {values.get('capacityPerReplica', 0):.1f}/s per replica",
+        "inSystem": f"{values.get('requestsInSystem', 0):.1f} requests in the system",
+        "p99": f"p99 {values.get('p99LatencySeconds', 0):.3f}s above target",
+        "hold": "traffic while the capacity per replica is not known yet",
+    }[binding]
+    others = ", ".join(f"{k} {v}" for k, v in sorted(recs.items()) if k != binding)
+    text = f"{binding} recommends {raw} ({what})" + (f"; also {others}" if others else "")
+    if stable != raw:
+        text += f"; stabilised to {stable}"
+    if stepped != stable:
+        text += f"; step-limited to {stepped}"
+    if limited:
+        text += f"; {limit_message}"
+    if desired == current:
+        return f"keeping {current} replicas: {text}"
+    return f"scaling {current} -> {desired}: {text}"

@@ -1,0 +1,234 @@
+"""The loop that drives the decision: one task per namespace, only while this replica leads.
+
+The reconcile tells the autoscaler which services autoscale (`track`) and which stopped or went away
+(`untrack`). Each namespace with tracked services gets one task; every `period` seconds it reads every
+service's signals and Deployment, decides, and then hands out the namespace's GPU budget
+(`limits.maxGPUsPerNamespace`: replicas × GPUs per pod, summed over the namespace's autoscaled services) in one
+pass, so two services growing at once can never overshoot it. Scale-downs are counted first, growth is
+granted in name order. A task stops when its namespace has no tracked service left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.base import duration_seconds
+from pooling_operator.api.policy import (
+    DEFAULT_PROMETHEUS_URL,
+    AutoscalingPolicySpec,
+    AutoscalingTargets,
+    PrometheusSpec,
+)
+from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Decision, Observed, Signals, State, decide
+from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
+from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
+from pooling_operator.autoscaling.targets import resolve_targets
+from pooling_operator.builders.common import gpu_count, selector_labels
+from pooling_operator.builders.services import service_queries
+from pooling_operator.k8s.api import KINDS, ApiError, Kube
+from pooling_operator.status.placement import placement_problem
+from pooling_operator.vllm.metrics import Queries
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tracked:
+    """One autoscaled service as the autoscaler knows it."""
+
+    uid: str
+    kind: str
+    namespace: str
+    name: str
+    gpus: int  # per replica
+    targets: AutoscalingTargets
+    queries: Queries
+    decides: bool  # backend operator; keda services only count towards the GPU budget
+    state: State = field(default_factory=State)
+    last_scale_time: str | None = None
+
+
+@dataclass
+class Read:
+    """What one tick read for one service."""
+
+    service: Tracked
+    body: dict[str, Any]
+    current: int
+    ready: int
+    unschedulable: str | None
+    signals: Signals | None
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        kube: Kube,
+        leading: Callable[[], Awaitable[bool]],
+        *,
+        period: float = PERIOD_SECONDS,
+        default_prometheus_url: str = DEFAULT_PROMETHEUS_URL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.leading = leading
+        self.period = period
+        self.default_prometheus = PrometheusSpec(url=default_prometheus_url)
+        self.clock = clock
+        self.services: dict[str, Tracked] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._readers: dict[Endpoint, PrometheusReader] = {}
+
+    # ---- what the reconcile tells us --------------------------------------------------------------------
+
+    def track(self, resource: PoolingService | ScoringService, policy: AutoscalingPolicySpec | None) -> None:
+        a = resource.spec.autoscaling
+        assert a is not None and resource.metadata.uid
+        targets = resolve_targets(resource, policy)
+        before = self.services.get(resource.metadata.uid)
+        namespace = resource.metadata.namespace or "default"
+        self.services[resource.metadata.uid] = Tracked(
+            uid=resource.metadata.uid,
+            kind=resource.kind,
+            namespace=namespace,
+            name=resource.metadata.name,
+            gpus=gpu_count(resource.spec.resources),
+            targets=targets,
+            queries=service_queries(resource, targets.window),
+            decides=a.backend == "operator",
+            state=before.state if before else State(),
+            last_scale_time=before.last_scale_time if before else None,
+        )
+        if namespace not in self._tasks or self._tasks[namespace].done():
+            self._tasks[namespace] = asyncio.get_running_loop().create_task(self._run(namespace), name=f"autoscaler/{namespace}")
+
+    def untrack(self, uid: str) -> Tracked | None:
+        """Forget a service (deleted, or no longer autoscaled by us); its state goes with it."""
+        return self.services.pop(uid, None)
+
+    async def stopped_autoscaling(self, body: dict[str, Any]) -> None:
+        """The service exists but the operator no longer scales it: drop its state and its status block."""
+        self.untrack(body["metadata"]["uid"])
+        await clear_status(self.kube, body)
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        for reader in self._readers.values():
+            await reader.close()
+
+    # ---- the per-namespace loop -----------------------------------------------------------------------
+
+    def _in(self, namespace: str) -> list[Tracked]:
+        return sorted((s for s in self.services.values() if s.namespace == namespace), key=lambda s: (s.name, s.kind))
+
+    async def _run(self, namespace: str) -> None:
+        while self._in(namespace):
+            started = self.clock()
+            try:
+                if await self.leading():
+                    await self.tick(namespace)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("Autoscaling namespace %s failed; retrying in %ss", namespace, self.period)
+            # The period itself, not a wait for something to happen.
+            await asyncio.sleep(max(0.0, self.period - (self.clock() - started)))
+        self._tasks.pop(namespace, None)
+
+    async def tick(self, namespace: str) -> list[tuple[Tracked, Decision]]:
+        """One decision for every autoscaled service of the namespace, with the GPU budget shared out."""
+        reads = [r for r in await asyncio.gather(*(self._read(s) for s in self._in(namespace))) if r is not None]
+        now = self.clock()
+        decided: list[tuple[Read, Decision]] = []
+        used = sum(r.current * r.service.gpus for r in reads)
+        growing: list[Read] = []
+        for r in reads:
+            if not r.service.decides or r.signals is None:
+                continue
+            d = self._decide(r, now, None)
+            if d.desired > r.current:
+                growing.append(r)
+            else:
+                used += (d.desired - r.current) * r.service.gpus
+                decided.append((r, d))
+        for r in growing:
+            budget = r.service.targets.max_gpus_per_namespace
+            room = None
+            if budget is not None and r.service.gpus:
+                room = r.current + max(0, budget - used) // r.service.gpus
+            d = self._decide(r, now, room)
+            used += (d.desired - r.current) * r.service.gpus
+            decided.append((r, d))
+        for r, d in decided:
+            await self._act(r, d)
+        return [(r.service, d) for r, d in decided]
+
+    def _decide(self, r: Read, now: float, room: int | None) -> Decision:
+        assert r.signals is not None
+        return decide(now, r.signals, Observed(replicas=r.current, ready=r.ready, unschedulable=r.unschedulable),
+                      r.service.targets, r.service.state, budget_replicas=room)
+
+    async def _read(self, s: Tracked) -> Read | None:
+        body = await self.kube.get(KINDS[s.kind], s.namespace, s.name)
+        if body is None or body["metadata"].get("uid") != s.uid or body["metadata"].get("deletionTimestamp"):
+            self.untrack(s.uid)
+            return None
+        deployment = await self.kube.get(KINDS["Deployment"], s.namespace, s.name)
+        if deployment is None:
+            return None  # the reconcile has not created it yet
+        pods = await self.kube.list(KINDS["Pod"], s.namespace, selector_labels(s.name, s.kind))
+        placement = placement_problem(deployment, pods)
+        signals = await self._signals(s) if s.decides else None
+        return Read(
+            service=s, body=body, current=int(deployment["spec"].get("replicas", 1)),
+            ready=int((deployment.get("status") or {}).get("readyReplicas", 0)),
+            unschedulable=placement.message if placement else None, signals=signals,
+        )
+
+    async def _signals(self, s: Tracked) -> Signals:
+        try:
+            endpoint = await self._endpoint(s.targets.prometheus or self.default_prometheus)
+        except ApiError as exc:
+            return Signals(unreachable=f"cannot read the policy's Prometheus credentials: {exc}", queries=s.queries.named())
+        reader = self._readers.get(endpoint)
+        if reader is None:
+            reader = self._readers[endpoint] = PrometheusReader(endpoint)
+        return await reader.read(s.queries)
+
+    async def _endpoint(self, spec: PrometheusSpec) -> Endpoint:
+        async def secret(ref: Any) -> str | None:
+            if ref is None:
+                return None
+            obj = await self.kube.get(KINDS["Secret"], ref.namespace, ref.name)
+            if obj is None or ref.key not in (obj.get("data") or {}):
+                raise ApiError(404, "NotFound", f"Secret {ref.namespace}/{ref.name} has no key {ref.key}")
+            return base64.b64decode(obj["data"][ref.key]).decode().strip()
+
+        return Endpoint(
+            url=spec.url,
+            token=await secret(spec.bearer_token_secret_ref),
+            ca_pem=await secret(spec.ca_secret_ref),
+            timeout=duration_seconds(spec.timeout),
+        )
+
+    async def _act(self, r: Read, d: Decision) -> None:
+        s = r.service
+        if self.services.get(s.uid) is not s:
+            return  # untracked or re-tracked meanwhile: the next tick decides with the new settings
+        s.state = d.state
+        if d.desired != r.current:
+            await write_scale(self.kube, r.body, r.current, d)
+            s.last_scale_time = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await write_status(self.kube, r.body, d, r.current, r.ready, s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"))
+

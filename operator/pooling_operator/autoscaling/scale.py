@@ -1,0 +1,99 @@
+"""What the autoscaler writes, and nothing else: a Deployment's /scale, the service's `status.autoscaling` and
+its two conditions, and an event per scale or condition flip — all under the autoscaler's field manager,
+and only when something changed."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from pooling_operator.autoscaling.decide import Decision
+from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube
+from pooling_operator.status import conditions as C
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _round(value: float) -> float:
+    """Two significant digits: status says what was seen without a write for every wiggle."""
+    if value == 0:
+        return 0.0
+    return float(f"{value:.2g}")
+
+
+def autoscaling_status(decision: Decision, current: int, ready: int, last_scale_time: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"desiredReplicas": decision.desired, "currentReplicas": current, "readyReplicas": ready}
+    for key, value in sorted(decision.values.items()):
+        out[key] = _round(value)
+    if decision.recommendations:
+        out["recommendations"] = dict(sorted(decision.recommendations.items()))
+    if last_scale_time:
+        out["lastScaleTime"] = last_scale_time
+    out["reason"] = decision.reason
+    return out
+
+
+def decision_conditions(decision: Decision, generation: int | None) -> list[dict[str, Any]]:
+    return [
+        C.condition(C.METRICS_AVAILABLE, decision.metrics_available, decision.metrics_reason, decision.metrics_message, generation),
+        C.condition(C.SCALING_LIMITED, decision.limited, decision.limited_reason, decision.limited_message, generation),
+    ]
+
+
+def _comparable(status: dict[str, Any]) -> tuple[Any, ...]:
+    block = dict(status.get("autoscaling") or {})
+    block.pop("reason", None)  # carries live figures; the figures themselves are compared rounded
+    mine, _ = C.split(status.get("conditions"), C.AUTOSCALER_TYPES)
+    conds = sorted((c["type"], c["status"], c.get("reason"), c.get("observedGeneration")) for c in mine)
+    return block, conds
+
+
+async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: Decision) -> None:
+    meta = body["metadata"]
+    await kube.scale(meta["namespace"], meta["name"], decision.desired)
+    direction = "ScaledUp" if decision.desired > current else "ScaledDown"
+    log.info("Scaled Deployment %s/%s from %d to %d replicas: %s", meta["namespace"], meta["name"], current, decision.desired, decision.reason)
+    await kube.event(body, "Normal", direction, decision.reason[:1000])
+
+
+async def write_status(kube: Kube, body: dict[str, Any], decision: Decision, current: int, ready: int, last_scale_time: str | None) -> bool:
+    """Apply status.autoscaling and the two conditions when they differ from what the object has; post an
+    event per condition flip. Returns whether it wrote."""
+    meta = body["metadata"]
+    old = body.get("status") or {}
+    old_mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
+    new = {
+        "autoscaling": autoscaling_status(decision, current, ready, last_scale_time),
+        "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), _now()),
+    }
+    if _comparable(new) == _comparable(old):
+        return False
+    patch = {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": new,
+    }
+    await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    for cond in C.flips(old_mine, new["conditions"]):
+        if not old_mine and cond["status"] == ("True" if cond["type"] == C.METRICS_AVAILABLE else "False"):
+            continue  # the first decision: nothing flipped, no noise
+        await kube.event(body, C.event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")
+    return True
+
+
+async def clear_status(kube: Kube, body: dict[str, Any]) -> None:
+    """The service stopped autoscaling with the operator: remove what the autoscaler owned (an apply with
+    nothing in it drops the manager's fields)."""
+    old = body.get("status") or {}
+    mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
+    if not mine and "autoscaling" not in old:
+        return
+    meta = body["metadata"]
+    patch = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+    await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")

@@ -1,0 +1,30 @@
+"""Pods that cannot be created or placed, in the controller's or scheduler's own words. One observer, two
+readers: the reconcile's Degraded condition and the autoscaler's ScalingLimited."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pooling_operator.status import conditions as C
+
+
+@dataclass(frozen=True)
+class Placement:
+    reason: str  # C.FAILED_CREATE or C.LIMIT_UNSCHEDULABLE
+    message: str
+
+
+def placement_problem(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Placement | None:
+    """A ReplicaFailure of the Deployment (quota, PodSecurity, a missing ServiceAccount: the ReplicaSet
+    controller's FailedCreate), else the first pending pod the scheduler could not place."""
+    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            return Placement(C.FAILED_CREATE, str(cond.get("message") or cond.get("reason") or "pods cannot be created"))
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                return Placement(C.LIMIT_UNSCHEDULABLE, f"pod {pod['metadata']['name']}: {cond.get('message') or 'unschedulable'}")
+    return None
