@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
@@ -11,7 +12,15 @@ from hypothesis import strategies as st
 
 from pooling_operator.api.policy import AutoscalingPolicySpec, resolve_targets
 from pooling_operator.api.services import AutoscalingSpec
-from pooling_operator.autoscaling.decide import Observed, Signals, State, Targets, decide, limit_step, stabilize
+from pooling_operator.autoscaling.decide import (
+    Observed,
+    Signals,
+    State,
+    Targets,
+    decide,
+    limit_step,
+    stabilize,
+)
 from pooling_operator.status import conditions as C
 
 T = Targets(min_replicas=1, max_replicas=8, queue_per_replica=16, p99_seconds=0.25, up_window_seconds=0, down_window_seconds=300)
@@ -196,7 +205,7 @@ def test_noisy_signals_around_a_steady_load_do_not_flap() -> None:
     reads = [sig(rps=300 * rng.uniform(0.85, 1.15), reporting=None, p99=0.1 * rng.uniform(0.5, 1.5),
                  waiting=rng.choice([0, 0, 0, 3])) for _ in range(200)]
     replicas, _, _ = run(reads, replicas=2, state=state)
-    changes = sum(1 for a, b in zip(replicas, replicas[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(replicas) if a != b)
     assert changes <= 2, replicas  # settles, then stays
 
 

@@ -12,8 +12,8 @@ import yaml
 
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.cli import main
-from pooling_operator.vllm.metrics import LATENCY_BUCKETS, SCOPE_LABELS, queries
 from pooling_operator.vllm.contract import contract
+from pooling_operator.vllm.metrics import LATENCY_BUCKETS, SCOPE_LABELS, queries
 from pooling_operator.vllm.validate import validate
 from tests.factories import generative, hidden_states, pooling
 
