@@ -122,7 +122,7 @@ class ClusterConfig:
     gpu_product: str = GPU_PRODUCT
     # extra command-line flags per component, e.g. {"kube-controller-manager": ["--v=4"]}
     extra_args: dict[str, list[str]] = field(default_factory=dict)
-    # kwok --config files; default: the stages the build copied from the kwok module
+    # kwok --config files; default: kwok's stages (copied by the build) + cluster/kwok/pod-ready-after.yaml
     kwok_stages: list[Path] | None = None
     start_timeout: float = 120.0
 
@@ -946,7 +946,9 @@ class ControlPlane:
                 "--profiling=false",
             ],
         )
-        stages = self.config.kwok_stages or [bins.kwok_stages]
+        # kwok's own stages plus ours: pods annotated vllm-pooling.io/e2e-ready-after wait before Ready
+        ours = REPO_ROOT / "e2e" / "cluster" / "kwok" / "pod-ready-after.yaml"
+        stages = self.config.kwok_stages or [bins.kwok_stages, ours]
         self._spawn(
             "kwok",
             [

@@ -10,12 +10,16 @@ import pytest
 from e2e.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
 
+AUTOSCALE_SECONDS = 2.0  # the autoscaler's decision period in these tests (15 s in production)
+
 
 @pytest.fixture(scope="session")
 def operator(cluster: ControlPlane, crds: list[str]) -> Iterator[OperatorProcess]:
     """The operator under test runs with deploy/rbac.yaml's permissions only, so every operator-tier test
     also proves that RBAC is enough."""
-    proc = OperatorProcess(cluster, kubeconfig=least_privilege_kubeconfig(cluster)).start()
+    proc = OperatorProcess(cluster, kubeconfig=least_privilege_kubeconfig(cluster))
+    proc.env["VPO_AUTOSCALE_SECONDS"] = str(AUTOSCALE_SECONDS)
+    proc.start()
     yield proc
     proc.stop()
 

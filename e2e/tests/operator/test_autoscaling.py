@@ -1,0 +1,265 @@
+"""The built-in autoscaler in a closed loop: the running operator, the real API server, a real Prometheus, and
+metric exporters standing in for vLLM (e2e/standin, driven by the same service model as the simulator).
+
+Every wait polls with a deadline; nothing sleeps to synchronise. The operator decides every 2 s here
+(VPO_AUTOSCALE_SECONDS, set by the operator fixture) and Prometheus scrapes every 1 s.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.controlplane import ControlPlane, wait_for
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import PrometheusServer, PrometheusUnavailable
+from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
+from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
+from e2e.tests.operator.test_services import apply, cond, events, get, path, svc
+
+SCRAPE_SECONDS = 1.0
+POLICIES = "/apis/vllm-pooling.io/v1alpha1/autoscalingpolicies"
+
+
+@pytest.fixture(scope="module")
+def prometheus(cluster: ControlPlane) -> Iterator[PrometheusServer]:
+    try:
+        server = PrometheusServer(Path(cluster.run_dir) / "prometheus-autoscaling", scrape_interval=f"{SCRAPE_SECONDS:g}s").start()
+    except PrometheusUnavailable as exc:
+        pytest.skip(f"no Prometheus: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def policy(cluster: ControlPlane, prometheus: PrometheusServer) -> Iterator[Any]:
+    """A factory of cluster-scoped policies pointing at the test's Prometheus; deleted afterwards."""
+    made: list[str] = []
+
+    def make(**spec: Any) -> str:
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        apply(cluster, {
+            "apiVersion": "vllm-pooling.io/v1alpha1", "kind": "AutoscalingPolicy", "metadata": {"name": name},
+            "spec": {"prometheus": {"url": prometheus.url, "timeout": "2s"}, **spec},
+        })
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        cluster.api.request("DELETE", f"{POLICIES}/{name}")  # type: ignore[union-attr]
+
+
+def autoscaled(namespace: str, name: str, policy: str, **autoscaling: Any) -> dict[str, Any]:
+    spec = {
+        "autoscaling": {
+            "minReplicas": 1, "maxReplicas": 6, "window": "5s", "p99Latency": "250ms",
+            "scaleDown": {"stabilizationSeconds": 10}, "policyRef": {"name": policy}, **autoscaling,
+        },
+        "template": {"annotations": {READY_AFTER_ANNOTATION: "4s"}},  # model loading takes time
+    }
+    return svc(namespace, name=name, spec=spec)
+
+
+def replicas(cluster: ControlPlane, namespace: str, name: str) -> int:
+    dep = get(cluster, path(namespace, "deployments", name))
+    return int(dep["spec"]["replicas"]) if dep else -1
+
+
+def status(cluster: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return get(cluster, path(namespace, "poolingservices", name)) or {}
+
+
+def fleet(cluster: ControlPlane, prometheus: PrometheusServer, namespace: str, name: str, load: Path) -> ExporterFleet:
+    return ExporterFleet(cluster, namespace, name, "pooling-service", name, prometheus, load).start()
+
+
+def metrics_flowing(cluster: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    obj = status(cluster, namespace, name)
+    return obj if cond(obj, "MetricsAvailable").get("status") == "True" else None
+
+
+def test_load_step_scales_up_fast_and_down_only_after_the_window(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=40)
+    apply(cluster, autoscaled(namespace, "emb", policy()))
+    with fleet(cluster, prometheus, namespace, "emb", load) as f:
+        f.wait_targets(1, timeout=60)
+        obj = wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True")
+        assert obj["status"]["autoscaling"]["desiredReplicas"] == 1 and replicas(cluster, namespace, "emb") == 1
+
+        # A load step to ~3x one replica's capacity: the waiting gauge and p99 move at once.
+        stepped = time.monotonic()
+        write_load(load, requests_per_second=600)
+        wait_for(lambda: replicas(cluster, namespace, "emb") > 1, timeout=30, what="a scale-up", interval=0.1, max_interval=0.1)
+        reaction = time.monotonic() - stepped
+        print(f"\nload step -> first scale write: {reaction:.2f}s")
+        # Two scrape intervals plus one decision period, and 1.5 s for the exporters to pick up the new load
+        # file and for this poll.
+        assert reaction <= 2 * SCRAPE_SECONDS + AUTOSCALE_SECONDS + 1.5
+        ups = [e for e in events(cluster, namespace, "emb") if e["reason"] == "ScaledUp"]
+        assert ups and "scaling 1 ->" in ups[0]["message"]
+
+        # New replicas load their model (the kwok stand-in holds them 4 s): not capacity, not reporting.
+        def loading() -> dict[str, Any] | None:
+            a = (status(cluster, namespace, "emb").get("status") or {}).get("autoscaling") or {}
+            return a if a.get("readyReplicas", 0) < a.get("currentReplicas", 0) else None
+
+        seen = wait_for(loading, timeout=20, what="a decision taken while replicas load", interval=0.2, max_interval=0.2)
+        reporting = prometheus.value(f'count(vllm:num_requests_waiting{{namespace="{namespace}"}})')
+        assert reporting is not None and reporting <= seen["currentReplicas"]
+
+        def settled() -> int | None:
+            n = replicas(cluster, namespace, "emb")
+            a = (status(cluster, namespace, "emb").get("status") or {}).get("autoscaling") or {}
+            return n if n >= 3 and a.get("readyReplicas") == n and a.get("desiredReplicas") == n else None
+
+        peak = wait_for(settled, timeout=90, what="enough ready replicas for 600 req/s")
+
+        # The end of the load: nothing may go before the 10 s scale-down window has passed.
+        idle = time.monotonic()
+        write_load(load, requests_per_second=0)
+        wait_for(lambda: replicas(cluster, namespace, "emb") < peak, timeout=60, what="a scale-down", interval=0.2, max_interval=0.5)
+        assert time.monotonic() - idle >= 10
+        assert not f.failures
+
+
+def test_no_metrics_holds_replicas_and_recovers(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=100)  # well inside two replicas' capacity: stays at minReplicas
+    apply(cluster, autoscaled(namespace, "emb", policy(), minReplicas=2))
+    with fleet(cluster, prometheus, namespace, "emb", load):
+        wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True")
+        before = replicas(cluster, namespace, "emb")
+        assert before == 2
+        prometheus.stop()
+        try:
+            write_load(load, requests_per_second=2000)  # would scale up, were it seen
+
+            def unavailable() -> dict[str, Any] | None:
+                obj = status(cluster, namespace, "emb")
+                c = cond(obj, "MetricsAvailable")
+                return obj if c.get("status") == "False" and c.get("reason") == "PrometheusUnreachable" else None
+
+            wait_for(unavailable, timeout=30, what="MetricsAvailable=False PrometheusUnreachable")
+            held = replicas(cluster, namespace, "emb")
+            assert held >= before
+            # Held: several decision periods pass without a change (fail static).
+            deadline = time.monotonic() + 3 * AUTOSCALE_SECONDS
+            while time.monotonic() < deadline:
+                assert replicas(cluster, namespace, "emb") == held
+                time.sleep(0.2)  # sampling the replica count over a window, not waiting for an event
+            assert any(e["reason"] == "PrometheusUnreachable" and e["type"] == "Warning" for e in events(cluster, namespace, "emb"))
+        finally:
+            prometheus.restart()
+        wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True again")
+        wait_for(lambda: replicas(cluster, namespace, "emb") > held, timeout=60, what="scaling resumes")
+
+
+def limited(cluster: ControlPlane, namespace: str, name: str, reason: str) -> dict[str, Any] | None:
+    obj = status(cluster, namespace, name)
+    c = cond(obj, "ScalingLimited")
+    return obj if c.get("status") == "True" and c.get("reason") == reason else None
+
+
+def test_policy_cap_holds(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=2000)
+    capped = policy(limits={"maxReplicas": 2})
+    apply(cluster, autoscaled(namespace, "capped", capped))
+    with fleet(cluster, prometheus, namespace, "capped", load):
+        obj = wait_for(lambda: limited(cluster, namespace, "capped", "PolicyMaxReplicas"), timeout=60,
+                       what="ScalingLimited PolicyMaxReplicas")
+        assert replicas(cluster, namespace, "capped") == 2
+        assert "limits.maxReplicas is 2" in cond(obj, "ScalingLimited")["message"]
+        assert any(e["reason"] == "PolicyMaxReplicas" and e["type"] == "Warning" for e in events(cluster, namespace, "capped"))
+
+
+def test_namespace_gpu_budget_holds_while_two_services_race(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=2000)
+    budget = policy(limits={"maxGPUsPerNamespace": 3})
+    apply(cluster, autoscaled(namespace, "a", budget))
+    apply(cluster, autoscaled(namespace, "b", budget))
+    fleets = [fleet(cluster, prometheus, namespace, n, load) for n in ("a", "b")]
+    try:
+        wait_for(lambda: limited(cluster, namespace, "a", "NamespaceGPUBudget") or limited(cluster, namespace, "b", "NamespaceGPUBudget"),
+                 timeout=60, what="ScalingLimited NamespaceGPUBudget")
+        # Both want far more than 3 GPUs; the namespace's one owner never lets them overshoot.
+        deadline = time.monotonic() + 4 * AUTOSCALE_SECONDS
+        while time.monotonic() < deadline:
+            assert replicas(cluster, namespace, "a") + replicas(cluster, namespace, "b") <= 3
+            time.sleep(0.2)  # sampling over a window, not waiting for an event
+        assert replicas(cluster, namespace, "a") + replicas(cluster, namespace, "b") == 3
+        wait_for(lambda: (get(cluster, f"{POLICIES}/{budget}") or {}).get("status", {}).get("services") == 2,
+                 timeout=60, what="the policy counts its 2 services")
+    finally:
+        for f in fleets:
+            f.close()
+
+
+def test_changing_the_p99_target_leaves_the_pods_alone(
+    cluster: ControlPlane, operator: OperatorProcess, policy: Any, namespace: str
+) -> None:
+    name = policy()
+    apply(cluster, autoscaled(namespace, "emb", name))
+    dep = wait_for(lambda: get(cluster, path(namespace, "deployments", "emb")), timeout=60, what="Deployment")
+    apply(cluster, autoscaled(namespace, "emb", name, p99Latency="2s"))
+
+    def observed() -> dict[str, Any] | None:
+        obj = status(cluster, namespace, "emb")
+        return obj if obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"] == 2 else None
+
+    wait_for(observed, timeout=60, what="the new generation reconciled")
+    after = get(cluster, path(namespace, "deployments", "emb"))
+    assert after["spec"]["template"] == dep["spec"]["template"]
+    assert after["metadata"]["generation"] == dep["metadata"]["generation"]
+
+
+def test_keda_backend_renders_a_scaled_object_keda_admits(
+    cluster: ControlPlane, operator: OperatorProcess, policy: Any, namespace: str
+) -> None:
+    apply(cluster, autoscaled(namespace, "emb", policy(), backend="keda"))
+    so_path = f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects/emb"
+    so = wait_for(lambda: get(cluster, so_path), timeout=60, what="ScaledObject admitted by KEDA's CRD")
+    assert [t["name"] for t in so["spec"]["triggers"]] == ["waiting", "p99"]
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 10
+    # KEDA scales this one: the built-in autoscaler leaves no status or conditions of its own.
+    obj = status(cluster, namespace, "emb")
+    assert "autoscaling" not in obj.get("status", {}) and not cond(obj, "MetricsAvailable")
+
+
+def test_policy_namespace_selector_and_min_replicas_zero(
+    cluster: ControlPlane, operator: OperatorProcess, policy: Any, namespace: str
+) -> None:
+    elsewhere = policy(namespaceSelector={"matchLabels": {"team": "search"}})
+    apply(cluster, autoscaled(namespace, "emb", elsewhere))
+
+    def refused() -> dict[str, Any] | None:
+        obj = status(cluster, namespace, "emb")
+        return obj if cond(obj, "SpecValid").get("reason") == "PolicyNotAllowed" else None
+
+    obj = wait_for(refused, timeout=60, what="SpecValid=False PolicyNotAllowed")
+    assert "namespaceSelector" in cond(obj, "SpecValid")["message"]
+    assert get(cluster, path(namespace, "deployments", "emb")) is None
+    # Labelling the namespace lets the policy apply, without touching the service.
+    cluster.kubectl("label", "namespace", namespace, "team=search")
+    cluster.kubectl("annotate", "poolingservice", "-n", namespace, "emb", "e2e/nudge=1")  # an event now, not at resync
+    wait_for(lambda: get(cluster, path(namespace, "deployments", "emb")), timeout=60, what="Deployment once selected")
+
+    zero = autoscaled(namespace, "zero", elsewhere, minReplicas=0)
+    out = apply(cluster, zero, check=False)
+    assert out.returncode != 0 and "minReplicas 0 needs a demand signal" in (out.stderr + out.stdout)
