@@ -15,9 +15,10 @@ DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring:9090"
 
 
 class NamespacedSecretKeyRef(Spec):
-    """A key of a Secret in a named namespace (a policy is cluster-scoped)."""
+    """A key of a Secret in a named namespace (a policy is cluster-scoped). The operator may read Secrets only
+    in its own namespace (deploy/rbac.yaml), so keep Prometheus credentials there."""
 
-    namespace: Name = Field(description="Namespace of the Secret.")
+    namespace: Name = Field(description="Namespace of the Secret: the operator's own.")
     name: Name = Field(description="Name of the Secret.")
     key: str = Field(min_length=1, max_length=253, description="Key inside the Secret.")
 
