@@ -20,7 +20,7 @@ from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
 from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
-from e2e.tests.operator.test_services import apply, cond, events, get, path, svc
+from e2e.tests.operator.test_services import WATCHED, _resyncs, _writes, apply, cond, events, get, path, svc
 
 SCRAPE_SECONDS = 1.0
 POLICIES = "/apis/vllm-pooling.io/v1alpha1/autoscalingpolicies"
@@ -263,3 +263,28 @@ def test_policy_namespace_selector_and_min_replicas_zero(
     zero = autoscaled(namespace, "zero", elsewhere, minReplicas=0)
     out = apply(cluster, zero, check=False)
     assert out.returncode != 0 and "minReplicas 0 needs a demand signal" in (out.stderr + out.stdout)
+
+
+def test_an_idle_autoscaled_service_is_quiet(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    """No write when nothing changes: the autoscaler's decisions and the reconcile's resyncs of an idle
+    autoscaled service send no mutating request (neither side rewrites the other's status fields)."""
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=0)
+    apply(cluster, autoscaled(namespace, "emb", policy()))
+    with fleet(cluster, prometheus, namespace, "emb", load):
+        def idle() -> dict[str, Any] | None:
+            obj = metrics_flowing(cluster, namespace, "emb")
+            a = ((obj or {}).get("status") or {}).get("autoscaling") or {}
+            return obj if a.get("recommendations", {}).get("idle") == 1 and cond(obj, "Ready").get("status") == "True" else None
+
+        wait_for(idle, timeout=90, what="an idle, Ready service with metrics")
+        before, resyncs = _writes(cluster), _resyncs(operator)
+        started = time.monotonic()
+        wait_for(lambda: _resyncs(operator) >= resyncs + 3 and time.monotonic() - started >= 4 * AUTOSCALE_SECONDS,
+                 timeout=60, what="three resyncs and four decisions")
+        after = _writes(cluster)
+        watched = (*WATCHED, "apps/deployments/scale")
+        changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith(watched)}
+        assert not {k: v for k, v in changed.items() if v}, changed

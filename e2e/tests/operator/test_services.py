@@ -128,7 +128,7 @@ def test_create_to_ready_with_owned_children(
     reasons = {e["reason"] for e in events(cluster, namespace, "emb")}
     assert {"Created", "RoutesNotProtected", "Available"} <= reasons
     table = cluster.kubectl("get", "pooling", "-n", namespace).stdout
-    assert re.search(r"emb\s+sentence-transformers/all-MiniLM-L6-v2\s+embed\s+True\s+1\s+1", table), table
+    assert re.search(r"emb\s+sentence-transformers/all-MiniLM-L6-v2\s+embed\s+True\s+Available\s+1\s+1", table), table
 
 
 def test_update_rolls_out_and_scale_subresource(
