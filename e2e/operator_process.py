@@ -22,7 +22,8 @@ class OperatorProcess:
         *,
         resync_seconds: float = 3,
         standalone: bool = True,
-        priority: int | None = None,
+        lease_namespace: str | None = None,
+        lease_name: str | None = None,
         extra: list[str] | None = None,
         kubeconfig: Path | None = None,
     ) -> None:
@@ -37,7 +38,8 @@ class OperatorProcess:
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
             *(["--standalone"] if standalone else []),
-            *(["--priority", str(priority)] if priority is not None else []),
+            *(["--lease-namespace", lease_namespace] if lease_namespace else []),
+            *(["--lease-name", lease_name] if lease_name else []),
             *(extra or []),
         ]  # fmt: skip
         self.env = {**cluster.env(), "VPO_RESYNC_SECONDS": str(resync_seconds), "PYTHONUNBUFFERED": "1"}

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.builders.diff import needs_apply
+from pooling_operator.builders.diff import needs_apply, with_hash
 from pooling_operator.status import conditions
 from pooling_operator.status.services import embedding_fingerprint, invalid_status, service_status
 from pooling_operator.vllm.contract import contract
@@ -109,6 +109,24 @@ def test_needs_apply_ignores_server_additions_and_normalised_quantities() -> Non
     assert needs_apply(desired, None)
 
 
+def test_foreign_items_in_associative_lists_are_left_alone_but_our_fields_are_compared() -> None:
+    desired = with_hash({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "labels": {"a": "1"}},
+                         "spec": {"template": {"spec": {"containers": [
+                             {"name": "vllm", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]}}}})
+    observed = copy.deepcopy(desired)
+    pod = observed["spec"]["template"]["spec"]
+    pod["containers"][0]["env"].insert(1, {"name": "VLLM_INJECTED", "value": "1"})  # kubectl set env
+    pod["containers"].append({"name": "istio-proxy", "image": "proxy"})  # a sidecar injector
+    observed["metadata"]["labels"]["platform"] = "gpu"  # a platform's label
+    observed["metadata"].setdefault("annotations", {})["team"] = "search"
+    assert not needs_apply(desired, observed)
+    pod["containers"][0]["env"][0]["value"] = "changed"  # a field we own: taken back
+    assert needs_apply(desired, observed)
+    pod["containers"][0]["env"][0]["value"] = "1"
+    pod["containers"][0]["env"].reverse()  # our order matters (later variables may refer to earlier ones)
+    assert needs_apply(desired, observed)
+
+
 def test_a_field_we_stop_setting_is_seen_through_the_hash() -> None:
     from pooling_operator.builders.diff import with_hash
 
@@ -141,22 +159,6 @@ def test_hidden_state_job_status() -> None:
     running = job_status(r, {"status": {"active": 4}}, None)
     assert by_type(running)["Progressing"] == ("True", "Running") and by_type(running)["Ready"][0] == "True"
     assert count_indexes("1,3-5,9") == 5 and count_indexes("") == 0
-
-
-def test_peering_pause_rule() -> None:
-    from datetime import UTC, datetime, timedelta
-
-    from pooling_operator.handlers import others_outrank
-
-    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    fresh = (now - timedelta(seconds=10)).isoformat()
-    stale = (now - timedelta(seconds=600)).isoformat()
-    peers = {"me": {"priority": 10, "lifetime": 60, "lastseen": fresh}}
-    assert not others_outrank(peers, "me", 10, now)
-    assert others_outrank({**peers, "b": {"priority": 20, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
-    assert others_outrank({**peers, "tie": {"priority": 10, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
-    assert not others_outrank({**peers, "low": {"priority": 5, "lifetime": 60, "lastseen": fresh}}, "me", 10, now)
-    assert not others_outrank({**peers, "dead": {"priority": 99, "lifetime": 60, "lastseen": stale}}, "me", 10, now)
 
 
 def test_degraded_after_the_startup_budget_even_when_the_rollout_finished() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -108,7 +109,8 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The operator: kopf with our handlers, a metrics port and a health endpoint."""
+    """The operator: kopf (standalone in every replica) with our handlers, a Lease deciding which replica
+    acts, a metrics port and a health endpoint."""
     import asyncio
     import logging
     import os
@@ -121,26 +123,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     import pooling_operator.handlers  # noqa: F401  (registers the handlers)
     from pooling_operator.k8s.api import Kube
     from pooling_operator.reconcile import Context
+    from pooling_operator.runtime import Leadership, Runtime
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind)
-    # Replicas get distinct peering priorities: the highest works, the others pause (never fight).
-    priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
     identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"
-    ctx = Context(
-        kube=Kube(), settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []),
-        peering=None if args.standalone else args.peering, identity=identity, priority=priority,
-    )
-    memo = kopf.Memo(ctx=ctx)
+    kube = Kube()
+    ctx = Context(kube=kube, settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []), identity=identity)
+    leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
+    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership))
     liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
     asyncio.run(
         kopf.operator(
             clusterwide=not args.namespace,
             namespaces=args.namespace or (),
-            standalone=args.standalone,
-            peering_name=None if args.standalone else args.peering,
-            priority=priority,
+            standalone=True,  # kopf's own peering is not used: the Lease decides who acts
             identity=identity,  # type: ignore[arg-type]
             liveness_endpoint=liveness,
             memo=memo,
@@ -178,9 +176,12 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0: off; default 8080)")
     o.add_argument("--health-port", type=int, default=8081, help="liveness endpoint /healthz port (0: off; default 8081)")
     o.add_argument("--bind", default="0.0.0.0", help="address of the metrics and health endpoints")
-    o.add_argument("--peering", default="vllm-pooling-operator", help="kopf peering name (ClusterKopfPeering)")
-    o.add_argument("--priority", type=int, help="peering priority (default: random, so replicas never tie)")
-    o.add_argument("--standalone", action="store_true", help="no peering: for a single replica or local runs")
+    o.add_argument("--lease-name", default="vllm-pooling-operator", help="the coordination.k8s.io Lease replicas compete for")
+    o.add_argument(
+        "--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "default",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
+    )
+    o.add_argument("--standalone", action="store_true", help="no Lease: act at once (a single replica or local runs)")
     o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver")
     o.add_argument("-v", "--verbose", action="store_true")
     settings_flags(o)

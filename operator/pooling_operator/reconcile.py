@@ -62,9 +62,7 @@ class Context:
     settings: Settings = field(default_factory=Settings)
     operator_image: str | None = None
     namespaces: list[str] = field(default_factory=list)
-    peering: str | None = None  # kopf peering name; None when standalone
     identity: str = ""
-    priority: int = 0
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -209,7 +207,8 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
     job = current.get(("Job", meta["name"]))
     configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
-    status = job_status(resource, job, configmap)
+    pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
+    status = job_status(resource, job, configmap, pods)
     await _write_status(ctx, body, old_status, status)
     return status
 

@@ -17,7 +17,9 @@ AUTOSCALE_SECONDS = 2.0  # the autoscaler's decision period in these tests (15 s
 def operator(cluster: ControlPlane, crds: list[str]) -> Iterator[OperatorProcess]:
     """The operator under test runs with deploy/rbac.yaml's permissions only, so every operator-tier test
     also proves that RBAC is enough."""
-    proc = OperatorProcess(cluster, kubeconfig=least_privilege_kubeconfig(cluster))
+    proc = OperatorProcess(
+        cluster, kubeconfig=least_privilege_kubeconfig(cluster), standalone=False, lease_namespace="vllm-pooling-operator"
+    )
     proc.env["VPO_AUTOSCALE_SECONDS"] = str(AUTOSCALE_SECONDS)
     proc.start()
     yield proc

@@ -11,7 +11,6 @@ import statistics
 import time
 from typing import Any
 
-import pytest
 import yaml
 
 from e2e.controlplane import GPU_PRODUCT, GPU_PRODUCT_LABEL, ControlPlane, wait_for
@@ -369,51 +368,6 @@ def test_time_to_ready(cluster: ControlPlane, operator: OperatorProcess, namespa
         f"\napply->Deployment median {statistics.median(created):.2f}s; apply->Ready median {statistics.median(readies):.2f}s"
     )
     assert statistics.median(readies) < 30
-
-
-@pytest.mark.parametrize("standalone", [False])
-def test_two_operators_never_fight(
-    cluster: ControlPlane, crds: list[str], namespace: str, standalone: bool
-) -> None:
-    """With peering, the higher-priority replica works and the other pauses."""
-    from pathlib import Path
-
-    peering = Path(__file__).resolve().parents[3] / "deploy" / "kopf-peering.yaml"
-    wait_for(
-        lambda: cluster.kubectl("apply", "--server-side", "-f", str(peering), check=False).returncode == 0,
-        timeout=30,
-        what="peering CRDs applied",
-    )
-    # Namespaced operators meet in a KopfPeering of their namespace.
-    peer = {
-        "apiVersion": "kopf.dev/v1",
-        "kind": "KopfPeering",
-        "metadata": {"name": "vllm-pooling-operator", "namespace": namespace},
-    }
-    wait_for(
-        lambda: apply(cluster, peer, check=False).returncode == 0, timeout=30, what="KopfPeering created"
-    )
-    low = OperatorProcess(cluster, "op-low", standalone=False, priority=10, extra=["-n", namespace]).start()
-    high = OperatorProcess(cluster, "op-high", standalone=False, priority=20, extra=["-n", namespace]).start()
-    try:
-        wait_for(
-            lambda: "Pausing operations in favour of" in low.log.read_text(),
-            timeout=60,
-            what="low-priority replica pauses",
-        )
-        apply(cluster, svc(namespace, name="peered"))
-        wait_for(lambda: ready(cluster, namespace, "peered"), timeout=90, what="Ready with two replicas")
-        assert "Created Deployment" in high.log.read_text() or "Applied" in high.log.read_text()
-        assert "peered" not in low.log.read_text()
-        high.stop()
-        wait_for(
-            lambda: "Resuming operations" in low.log.read_text(),
-            timeout=120,
-            what="low-priority replica resumes",
-        )
-    finally:
-        high.stop()
-        low.stop()
 
 
 def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:

@@ -125,7 +125,12 @@ class Decision:
     values: dict[str, float] = field(default_factory=dict)  # arrivalRate, capacityPerReplica, ...
 
 
+MAX_RECOMMENDATION = 1_000_000  # far above any bound; keeps a ratio over a vanishing capacity finite
+
+
 def _ceil(x: float) -> int:
+    if not math.isfinite(x) or x > MAX_RECOMMENDATION:
+        return MAX_RECOMMENDATION if x > 0 else 0
     return max(0, math.ceil(round(x, 9)))
 
 

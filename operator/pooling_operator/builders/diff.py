@@ -39,20 +39,43 @@ def _same_leaf(want: Any, have: Any, quantity: bool) -> bool:
     return False
 
 
+# The merge keys of the associative lists we write (containers, env, volumes, volumeMounts, ports,
+# ownerReferences): server-side apply merges these item by item, so an item another manager added (a sidecar
+# injector's container, a hand-added env var) stays, and must not make us apply again.
+_MERGE_KEYS = ("name", "mountPath", "containerPort", "uid")
+
+
+def _merge_key(items: list[Any]) -> str | None:
+    if not items or not all(isinstance(i, dict) for i in items):
+        return None
+    return next((k for k in _MERGE_KEYS if all(k in i for i in items)), None)
+
+
 def covers(have: Any, want: Any, quantity: bool = False) -> bool:
-    """True when every field of ``want`` is present in ``have`` with the same value (lists by position, same
-    length). Fields the server or other managers add are ignored, as server-side apply leaves them alone;
-    an empty value we set counts as present when the server dropped it (e.g. an env var's value: "")."""
+    """True when every field of ``want`` is present in ``have`` with the same value. Fields the server or other
+    managers add are ignored, as server-side apply leaves them alone: extra keys of a map, and extra items of
+    an associative list (matched by its merge key); other lists compare by position and length. An empty
+    value we set counts as present when the server dropped it (e.g. an env var's value: "")."""
     if isinstance(want, dict):
         return isinstance(have, dict) and all(
             covers(have[k], v, quantity or k in ("resources", "sizeLimit")) if k in have else v in _EMPTY
             for k, v in want.items()
         )
     if isinstance(want, list):
-        return isinstance(have, list) and len(have) == len(want) and all(
-            covers(h, w, quantity) for h, w in zip(have, want, strict=True)
-        )
+        if not isinstance(have, list):
+            return False
+        key = _merge_key(want)
+        if key is not None:
+            by_key = {h.get(key): h for h in have if isinstance(h, dict)}
+            return all(w[key] in by_key and covers(by_key[w[key]], w, quantity) for w in want) and _same_order(have, want, key)
+        return len(have) == len(want) and all(covers(h, w, quantity) for h, w in zip(have, want, strict=True))
     return _same_leaf(want, have, quantity)
+
+
+def _same_order(have: list[Any], want: list[Any], key: str) -> bool:
+    """Our items keep our relative order (order matters for env: a later variable may refer to an earlier)."""
+    ours = {w[key] for w in want}
+    return [h.get(key) for h in have if isinstance(h, dict) and h.get(key) in ours] == [w[key] for w in want]
 
 
 def needs_apply(desired: dict[str, Any], observed: dict[str, Any] | None) -> bool:

@@ -212,4 +212,8 @@ class Kube:
         try:
             await self.request("POST", KINDS["Event"].path(event["metadata"]["namespace"]), body=event)
         except ApiError as exc:
+            if exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body):
+                # The namespace is going away with everything in it: nothing to tell anyone.
+                log.debug("Dropped event %s on %s/%s: its namespace is gone or terminating", reason, owner["kind"], meta["name"])
+                return
             log.warning("Could not post event %s on %s/%s: %s", reason, owner["kind"], meta["name"], exc)

@@ -8,6 +8,7 @@ from typing import Any
 from pooling_operator.api import HiddenStateJob
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
+from pooling_operator.status.placement import placement_problem
 
 FAILURE_STATES = {"budget_exceeded": C.STORAGE_BUDGET_EXCEEDED, "dataset_unreadable": C.DATASET_UNREADABLE}
 
@@ -36,7 +37,9 @@ def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]
     return out
 
 
-def job_status(resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None) -> dict[str, Any]:
+def job_status(
+    resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None, pods: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     spec, generation = resource.spec, resource.metadata.generation
     js = (job or {}).get("status") or {}
     job_conditions = {c.get("type"): c for c in js.get("conditions") or [] if c.get("status") == "True"}
@@ -75,10 +78,17 @@ def job_status(resource: HiddenStateJob, job: dict[str, Any] | None, configmap: 
             generation,
         )
         ready = condition(C.READY, running, C.RUNNING if running else C.CREATING, "The job is running." if running else "The Job is being created.", generation)
+    placement = placement_problem(job, pods or []) if "Complete" not in job_conditions and "Failed" not in job_conditions else None
+    if placement is not None:
+        # Pods that cannot be created or placed: say so at once, in the controller's or scheduler's words.
+        ready = condition(C.READY, False, placement.reason, placement.message, generation)
+        degraded = condition(C.DEGRADED, True, placement.reason, placement.message, generation)
+    else:
+        degraded = condition(C.DEGRADED, False, C.HEALTHY, "No pod is refused or unplaceable.", generation)
     out_path = spec.output.volume
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": [ready, condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation), progressing, succeeded, failed],
+        "conditions": [ready, condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation), progressing, degraded, succeeded, failed],
         "shards": shards,
         "samples": samples,
         "bytesWritten": written,

@@ -15,10 +15,11 @@ class Placement:
     message: str
 
 
-def placement_problem(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Placement | None:
+def placement_problem(workload: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Placement | None:
     """A ReplicaFailure of the Deployment (quota, PodSecurity, a missing ServiceAccount: the ReplicaSet
-    controller's FailedCreate), else the first pending pod the scheduler could not place."""
-    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
+    controller's FailedCreate), else the first pending pod the scheduler could not place (services and jobs)."""
+    for cond in ((workload or {}).get("status") or {}).get("conditions") or []:
+        # A Deployment's ReplicaFailure; a Job says FailedCreate only in events, so its pods speak for it.
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
             return Placement(C.FAILED_CREATE, str(cond.get("message") or cond.get("reason") or "pods cannot be created"))
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):

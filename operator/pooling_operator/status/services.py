@@ -135,7 +135,11 @@ def service_status(
     elif current and ready >= desired and updated >= desired:
         ready_cond = condition(C.READY, True, C.AVAILABLE, f"{ready} of {desired} replicas ready.", generation)
     else:
-        ready_cond = condition(C.READY, False, C.REPLICAS_NOT_READY, f"{ready} of {desired} replicas ready.", generation)
+        if not current:
+            message = f"The Deployment has not yet taken up the new spec ({ready} of {desired} replicas ready on the old one)."
+        else:
+            message = f"{min(ready, updated)} of {desired} replicas ready and updated ({ready} ready, {updated} updated)."
+        ready_cond = condition(C.READY, False, C.REPLICAS_NOT_READY, message, generation)
 
     namespace = meta.namespace or "default"
     service_routes = routes(resource, c)
