@@ -116,7 +116,9 @@ def test_capacity_is_in_tokens_so_longer_requests_mean_fewer_requests_per_replic
 
 def test_in_system_signal_uses_littles_law_against_what_a_replica_holds_at_target() -> None:
     _, state, _ = run([sig(rps=190, waiting=40, mean_latency=0.6, p99=1.0)], replicas=1)
-    # 1 replica holds 190 * 0.8 * 0.25 = 38 requests at target; 90 in the system want 3 replicas.
+    # 1 replica holds 190 * 0.8 * 0.25 = 38 requests at target; 90 in the system want 3 replicas (a fresh
+    # read: no earlier waiting gauge to compare with).
+    state = replace(state, last_waiting=None)
     d = decide(100, sig(rps=150, mean_latency=0.6, p99=None), Observed(replicas=1, ready=1), T, state)
     assert d.recommendations["inSystem"] == 3 and d.desired == 3
 
@@ -137,8 +139,18 @@ def test_loading_replicas_are_not_capacity() -> None:
     # 4 replicas exist, 2 report (2 still load the model): capacity per replica is computed over the 2.
     d = decide(0, sig(rps=300, reporting=2, waiting=40, p99=1.0), Observed(replicas=4, ready=2), T, State())
     assert d.state.capacity_tokens == pytest.approx(300 * 16 / 2)
-    assert d.recommendations["p99"] == 2 * 4  # ratio applied to the 2 that serve
+    # p99 over the 2 that serve says 8, but 2 more are on their way: until they report, the backlog signals ask
+    # for no more than demand does (demand = 300 / (150 * 0.8) = 3, so the 4 coming are enough).
+    assert d.recommendations["demand"] == 3 and d.recommendations["p99"] == 4 and d.desired == 4
+    # Once all 4 report and p99 is still high, it scales on.
+    d = decide(15, sig(rps=600, reporting=4, waiting=80, p99=1.0), Observed(replicas=4, ready=4), T, d.state)
     assert d.desired == 8
+
+
+def test_a_shrinking_backlog_asks_for_no_more_than_demand() -> None:
+    _, state, _ = run([sig(rps=190, waiting=400, p99=3.0)], replicas=1)
+    d = decide(15, sig(rps=190, waiting=100, reporting=2, p99=3.0), Observed(replicas=2, ready=2), T, state)
+    assert d.recommendations["p99"] == 2 and d.recommendations["demand"] == 2 and d.desired == 2
 
 
 # ---- HPA semantics: stabilisation, steps, bounds ------------------------------------------------------------
@@ -183,7 +195,7 @@ def test_namespace_gpu_budget_caps_growth() -> None:
 
 def test_unplaceable_pods_stop_growth_and_name_the_scheduler() -> None:
     msg = "0/5 nodes are available: 4 Insufficient nvidia.com/gpu"
-    d = decide(0, sig(waiting=10 * 16, reporting=2), Observed(replicas=3, ready=2, unschedulable=msg), T, State())
+    d = decide(0, sig(waiting=10 * 16, reporting=3), Observed(replicas=3, ready=3, unschedulable=msg), T, State())
     assert (d.desired, d.limited, d.limited_reason) == (3, True, C.LIMIT_UNSCHEDULABLE) and msg in d.limited_message
 
 

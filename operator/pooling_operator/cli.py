@@ -14,6 +14,7 @@ from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.autoscaling.simulate_cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
@@ -188,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_run)
 
     add_hidden_states_parser(sub)
+    add_simulate_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
     c.add_argument("--output-dir", help="write one file per CRD into this folder instead")

@@ -332,6 +332,14 @@ def test_fifty_services_then_a_write_free_resync(
     print(f"\n50 services Ready in {elapsed:.1f}s; operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
 
 
+def operator_writes(operator: OperatorProcess) -> float:
+    """Objects the operator created, changed or deleted, statuses it wrote and the autoscaler's scale and status
+    writes, by its own metrics (the API server's counters cannot tell clients apart, and other tests'
+    controllers write too)."""
+    pattern = r"^vllm_pooling_operator_(?:autoscaler_)?writes_total\{[^}]*\} (\S+)$"
+    return sum(float(m.group(1)) for m in re.finditer(pattern, operator.metrics(), re.M))
+
+
 def _count(operator: OperatorProcess, result: str) -> float:
     pattern = r'vllm_pooling_operator_reconciles_total\{kind="PoolingService",result="' + result + r'"\} (\S+)'
     return sum(float(m.group(1)) for m in re.finditer(pattern, operator.metrics()))

@@ -5,7 +5,6 @@ replica acts. Every wait polls with a deadline; nothing sleeps to synchronise.""
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,16 +21,12 @@ from e2e.tests.operator.test_services import (
     cond,
     events,
     get,
+    operator_writes,
     path,
     ready,
     svc,
 )
 from tests.factories import hidden_states
-
-
-def operator_writes(operator: OperatorProcess) -> float:
-    """Objects the operator created, changed or deleted and statuses it wrote, by its own metric."""
-    return sum(float(m.group(1)) for m in re.finditer(r"^vllm_pooling_operator_writes_total\{[^}]*\} (\S+)$", operator.metrics(), re.M))
 
 
 def _vllm(dep: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,9 @@ The algorithm
      it never argues for fewer replicas);
    - `idle`: no completions and nothing waiting recommends `minReplicas`.
    The largest recommendation wins. Replicas still loading their model export no metrics and are not
-   capacity: per-replica figures divide by the pods that report.
+   capacity: per-replica figures divide by the pods that report; while some load, the backlog signals
+   (queue, p99, in-system) may not ask for more than are already coming unless demand does, and a backlog
+   that shrinks asks for no more than demand (it is being served).
 4. **Stabilise** (the HorizontalPodAutoscaler's rule): scale up to the smallest recommendation of the
    scale-up window, down to the largest of the scale-down window.
 5. **Limit the step**: at most `maxStep` replicas added (removed) within any `STEP_PERIOD_SECONDS`.
@@ -57,6 +59,7 @@ from pooling_operator.status.conditions import (
 
 PERIOD_SECONDS = 15  # how often the operator decides (the HPA sync period)
 TARGET_UTILIZATION = 0.8  # share of the learned capacity a replica is planned to run at
+MIN_RATE = 1e-6  # per second: below it a rate is no traffic at all
 CAPACITY_SMOOTHING = 0.5  # weight of a new saturated observation
 SATURATED_WAITING_PER_REPLICA = 1.0  # waiting requests per reporting pod that mean "saturated"
 
@@ -108,6 +111,7 @@ class State:
     capacity_saturated: bool = False  # True once the capacity was measured at saturation
     last_waiting: tuple[float, float] | None = None  # (time, waiting) of the previous read
     last_scale_time: float | None = None
+    capacity_floor: float | None = None  # the highest unsaturated reading with latency on target: a lower bound
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,8 @@ def ratio_recommendation(base: int, usage_ratio: float, tolerance: float) -> int
 def learn_capacity(state: State, signals: Signals, p99_target: float | None) -> State:
     """Update the per-replica capacity (prompt tokens/s) from one read."""
     reporting = signals.reporting or 0
-    if reporting <= 0 or not signals.tokens or signals.tokens <= 0:
-        return state
+    if reporting <= 0 or not signals.tokens or signals.tokens < MIN_RATE:
+        return state  # nothing to learn from (a rate this small is Prometheus's rounding, not traffic)
     observed = signals.tokens / reporting
     saturated = (signals.waiting or 0) / reporting >= SATURATED_WAITING_PER_REPLICA
     if saturated:
@@ -153,8 +157,12 @@ def learn_capacity(state: State, signals: Signals, p99_target: float | None) -> 
             value = (1 - CAPACITY_SMOOTHING) * state.capacity_tokens + CAPACITY_SMOOTHING * observed
         else:
             value = observed
-        return replace(state, capacity_tokens=value, capacity_saturated=True)
+        # One replica's backlog makes the whole fleet look saturated, and pods that just became ready dilute
+        # the rate: never believe less than a replica has already shown it serves on target.
+        return replace(state, capacity_tokens=max(value, state.capacity_floor or 0.0), capacity_saturated=True)
     latency_ok = p99_target is None or signals.p99 is None or signals.p99 <= p99_target
+    if latency_ok and (state.capacity_floor is None or observed > state.capacity_floor):
+        state = replace(state, capacity_floor=observed)
     if latency_ok and (state.capacity_tokens is None or observed > state.capacity_tokens):
         return replace(state, capacity_tokens=observed)
     return state
@@ -239,6 +247,7 @@ def decide(
     state = learn_capacity(state, signals, targets.p99_seconds)
     waiting = max(0.0, signals.waiting)
     growth = 0.0
+    falling = state.last_waiting is not None and waiting < state.last_waiting[1]
     if state.last_waiting is not None and now > state.last_waiting[0]:
         growth = max(0.0, (waiting - state.last_waiting[1]) / (now - state.last_waiting[0]))
     state = replace(state, last_waiting=(now, waiting))
@@ -262,6 +271,19 @@ def decide(
             recs["inSystem"] = ratio_recommendation(reporting, (signals.in_system / reporting) / per_replica, tol)
     if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
         recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
+    backlog_signals = ("queue", "p99", "inSystem")
+    if falling and state.capacity_saturated and "demand" in recs:
+        # A backlog that shrinks is being served: it asks for no more replicas than the arrivals do.
+        for k in backlog_signals:
+            if k in recs:
+                recs[k] = min(recs[k], max(current, recs["demand"]))
+    if current > reporting:
+        # Replicas still loading will add capacity the backlog signals cannot see yet: until they report, only
+        # the demand signal (a count for the whole service) may ask for more than are already coming.
+        ceiling = max(current, recs.get("demand", current))
+        for k in backlog_signals:
+            if k in recs:
+                recs[k] = min(recs[k], ceiling)
     if not idle and "demand" not in recs and "p99" not in recs:
         recs["hold"] = current  # traffic, but nothing known yet about what fewer replicas could serve
     binding = max(recs, key=lambda k: (recs[k], k != "hold"))
@@ -322,3 +344,25 @@ def _explain(binding: str, recs: dict[str, int], raw: int, desired: int, current
     if desired == current:
         return f"keeping {current} replicas: {text}"
     return f"scaling {current} -> {desired}: {text}"
+
+
+def signals_from(values: dict[str, float | None], queries: dict[str, str]) -> Signals:
+    """The decision's inputs from the queries' answers (by the names of `vllm.metrics.Queries.named`), as the
+    operator's Prometheus reader and the simulator's emulated Prometheus both build them: no series or NaN is
+    None; a p99 that is not finite is None."""
+
+    def number(name: str) -> float | None:
+        value = values.get(name)
+        return None if value is None or math.isnan(value) else value
+
+    reporting = number("reporting")
+    p99 = values.get("p99")
+    return Signals(
+        waiting=number("waiting"),
+        reporting=int(reporting) if reporting is not None else None,
+        completions=number("completions"),
+        in_system=number("inSystem"),
+        tokens=number("tokens"),
+        p99=p99 if p99 is not None and math.isfinite(p99) else None,
+        queries=queries,
+    )

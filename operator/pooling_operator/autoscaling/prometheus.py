@@ -8,14 +8,13 @@ decision holds replicas in both of the first and the third, and says which.
 from __future__ import annotations
 
 import asyncio
-import math
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from pooling_operator.autoscaling.decide import Signals
+from pooling_operator.autoscaling.decide import Signals, signals_from
 from pooling_operator.vllm.metrics import Queries
 
 
@@ -85,17 +84,4 @@ class PrometheusReader:
         except QueryFailed as exc:
             return Signals(unreachable=str(exc), queries=named)
 
-        def number(name: str) -> float | None:
-            value = values[name]
-            return None if value is None or math.isnan(value) else value
-
-        reporting = number("reporting")
-        return Signals(
-            waiting=number("waiting"),
-            reporting=int(reporting) if reporting is not None else None,
-            completions=number("completions"),
-            in_system=number("inSystem"),
-            tokens=number("tokens"),
-            p99=number("p99") if values["p99"] is not None and math.isfinite(values["p99"]) else None,
-            queries=named,
-        )
+        return signals_from(values, named)

@@ -8,11 +8,14 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from prometheus_client import Counter
+
 from pooling_operator.autoscaling.decide import Decision
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube
 from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
+WRITES = Counter("vllm_pooling_operator_autoscaler_writes", "Writes of the autoscaler.", ["what"])  # scale | status
 
 
 def _now() -> str:
@@ -56,6 +59,7 @@ def _comparable(status: dict[str, Any]) -> tuple[Any, ...]:
 async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: Decision) -> None:
     meta = body["metadata"]
     await kube.scale(meta["namespace"], meta["name"], decision.desired)
+    WRITES.labels("scale").inc()
     direction = "ScaledUp" if decision.desired > current else "ScaledDown"
     log.info("Scaled Deployment %s/%s from %d to %d replicas: %s", meta["namespace"], meta["name"], current, decision.desired, decision.reason)
     await kube.event(body, "Normal", direction, decision.reason[:1000])
@@ -80,6 +84,7 @@ async def write_status(kube: Kube, body: dict[str, Any], decision: Decision, cur
         "status": new,
     }
     await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    WRITES.labels("status").inc()
     for cond in C.flips(old_mine, new["conditions"]):
         if not old_mine and cond["status"] == ("True" if cond["type"] == C.METRICS_AVAILABLE else "False"):
             continue  # the first decision: nothing flipped, no noise

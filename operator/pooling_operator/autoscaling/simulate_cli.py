@@ -1,0 +1,161 @@
+"""``pooling-operator simulate SERVICE.yaml --trace TRACE.csv``: the what-if's command line. It reads the files,
+hands values to the pure simulator (simulate.py) and prints; bad input exits 2 with one line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
+from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.autoscaling.servicemodel import ServiceParams
+from pooling_operator.autoscaling.simulate import (
+    DEFAULT_SCRAPE_SECONDS,
+    POLICIES,
+    Result,
+    setup_for,
+    simulate,
+    to_json,
+)
+from pooling_operator.autoscaling.trace import InputError, parse_trace
+from pooling_operator.manifests import ManifestError, load
+from pooling_operator.vllm.validate import validate
+
+EXIT_OK, EXIT_INPUT = 0, 2
+
+
+def _flag(field: str) -> str:
+    """The flag of a ServiceParams field: step_base_s -> --step-base-seconds."""
+    return "--" + (field[:-2] + "_seconds" if field.endswith("_s") else field).replace("_", "-")
+
+
+def _number(kind: type, positive: bool = False) -> Any:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"must be {'positive' if positive else 'non-negative'}: {text}")
+        return value
+
+    return parse
+
+
+def _policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES[1:]]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES[1:])}")
+    return names
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``simulate`` on the main CLI's subparsers."""
+    s = subparsers.add_parser(
+        "simulate",
+        help="replay a request trace through the service model and the autoscaler, offline",
+        description="Replays TRACE (CSV: seconds,requests_per_second,mean_tokens; a step function whose last "
+        "row lasts 60 s; Poisson arrivals) through a model of vLLM (defaults: the fit on real vLLM 0.32) and the "
+        "operator's own autoscaling decision fed what Prometheus would return, and prints the replica timeline, "
+        "the p99 per minute, SLO-minutes missed, replica-minutes and GPU-minutes. Exit 2 on bad input.",
+    )
+    s.add_argument("service", metavar="SERVICE.yaml", help="one PoolingService or ScoringService with spec.autoscaling "
+                   "(an AutoscalingPolicy may follow as another document)")
+    s.add_argument("--trace", required=True, metavar="TRACE.csv", help="the request trace")
+    s.add_argument("--compare", type=_policies, default=[], metavar="POLICIES",
+                   help=f"also run these on the same trace, comma-separated: {', '.join(POLICIES[1:])}")
+    s.add_argument("--seed", type=int, default=0, help="seed of arrivals, routing and scrape phases (default 0)")
+    s.add_argument("--output", choices=("text", "json"), default="text", help="text (default) or one JSON object")
+    s.add_argument("--scrape-interval", type=_number(float, positive=True), default=DEFAULT_SCRAPE_SECONDS, metavar="SECONDS",
+                   help=f"seconds between Prometheus scrapes of a pod (default {DEFAULT_SCRAPE_SECONDS:g})")
+    s.add_argument("--initial-replicas", type=_number(int), metavar="N", help="replicas ready at the start (default: the fewest that meet the target at the "
+                   "first row's rate, a steady start)")
+    model = s.add_argument_group("service model (defaults: the fit; see autoscaling/servicemodel.py)")
+    for f in dataclasses.fields(ServiceParams):
+        metavar = "SECONDS" if f.name.endswith("_s") else "N" if isinstance(f.default, int) else "X"
+        model.add_argument(_flag(f.name), dest=f"param_{f.name}", type=_number(type(f.default)), default=f.default,
+                           metavar=metavar, help=f"default {f.default}")
+    s.set_defaults(func=cmd_simulate)
+
+
+def read_service(path: str) -> tuple[PoolingService | ScoringService, AutoscalingPolicySpec | None]:
+    """The one service of the file and the policy it follows (from the same file)."""
+    docs = list(load([path]))
+    results = [(doc, validate(doc.body)) for doc in docs]
+    for doc, result in results:
+        if result.errors:
+            p = result.errors[0]
+            raise InputError(f"{doc.file}: {result.kind}/{result.name}: {p.path}: {p.message}")
+    policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy)}
+    services = [(doc, r.resource) for doc, r in results if isinstance(r.resource, PoolingService | ScoringService)]
+    if len(services) != 1:
+        kinds = ", ".join(sorted({r.kind for _, r in results})) or "no documents"
+        raise InputError(f"{path}: expected exactly one PoolingService or ScoringService, found {len(services)} ({kinds})")
+    doc, service = services[0]
+    checked = validate(doc.body, None, policies or None)
+    if checked.errors:
+        p = checked.errors[0]
+        raise InputError(f"{doc.file}: {checked.kind}/{checked.name}: {p.path}: {p.message}")
+    assert isinstance(service, PoolingService | ScoringService)
+    return service, policy_for(service.spec.autoscaling, policies)
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        resource, policy = read_service(args.service)
+        try:
+            trace = parse_trace(_read_text(args.trace))
+        except InputError as exc:
+            raise InputError(f"{args.trace}: {exc}") from None
+        try:
+            params = ServiceParams(**{f.name: getattr(args, f"param_{f.name}") for f in dataclasses.fields(ServiceParams)})
+        except ValueError as exc:
+            raise InputError(f"service model: {exc}") from None
+        setup = setup_for(resource, policy, params, seed=args.seed, scrape_interval=args.scrape_interval,
+                          initial_replicas=args.initial_replicas)
+        results = simulate(resource, policy, trace, setup, args.compare)
+    except (InputError, ManifestError) as exc:
+        print(f"error: {str(exc).replace(chr(10), ' ')}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.output == "json":
+        print(json.dumps(to_json(results), separators=(",", ":")))
+    else:
+        print(render_text(results, setup.p99_target))
+    return EXIT_OK
+
+
+def render_text(results: dict[str, Result], target: float) -> str:
+    """A summary line per policy, then per policy its minutes (replicas and ready at each minute's end) and the
+    times its replicas changed."""
+    oracle = results.get("oracle")
+    lines = [f"p99 target {target:g}s"]
+    for name, r in results.items():
+        ratio = f", {r.gpu_minutes / oracle.gpu_minutes:.2f}x the oracle's GPU-minutes" if oracle and oracle.gpu_minutes else ""
+        lines.append(f"{name}: SLO-minutes missed {r.slo_minutes_missed}/{len(r.minutes)}, GPU-minutes {r.gpu_minutes:.1f}, "
+                     f"replica-minutes {r.replica_minutes:.1f}, max replicas {r.max_replicas}{ratio}")
+    for name, r in results.items():
+        lines += ["", f"{name}", "  minute  completed  replicas  ready  p99 s"]
+        for m in r.minutes:
+            at_end = [e for e in r.timeline if e.t <= (m.minute + 1) * 60]
+            replicas, ready = (at_end[-1].replicas, at_end[-1].ready) if at_end else (0, 0)
+            p99 = f"{m.p99:.3f}" if m.p99 is not None else "-"
+            lines.append(f"  {m.minute:6d}  {m.completed:9d}  {replicas:8d}  {ready:5d}  {p99}{'  missed' if m.missed else ''}")
+        changes, last = [], (-1, -1)
+        for e in r.timeline:
+            if (e.replicas, e.ready) != last:
+                changes.append(f"{e.t:g}s {e.replicas}/{e.ready}")
+                last = (e.replicas, e.ready)
+        lines.append("  replicas/ready: " + ", ".join(changes))
+    return "\n".join(lines)

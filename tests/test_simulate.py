@@ -1,0 +1,312 @@
+"""`pooling-operator simulate`: Prometheus as the autoscaler sees it, the trace, the baselines' HPA rules, the
+simulated world's accounting, the JSON shape, determinism, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pooling_operator.autoscaling.baselines import (
+    HPA_DEFAULT_DOWN,
+    Hpa,
+    Metric,
+    Oracle,
+    Rules,
+    hpa_queue,
+    keda,
+)
+from pooling_operator.autoscaling.decide import signals_from
+from pooling_operator.autoscaling.promql import Prometheus, histogram_quantile
+from pooling_operator.autoscaling.servicemodel import Counters, ServiceParams
+from pooling_operator.autoscaling.simulate import Operator, replica_rate, run, setup_for, simulate, to_json
+from pooling_operator.autoscaling.simulate_cli import read_service
+from pooling_operator.autoscaling.trace import InputError, arrivals, parse_trace
+from pooling_operator.builders.services import scaled_object
+from pooling_operator.cli import main
+from tests.factories import hidden_states, policy, pooling
+
+FAST = ServiceParams(startup_s=20.0)
+AUTOSCALING = {"minReplicas": 1, "maxReplicas": 4, "p99Latency": "250ms", "scaleDown": {"stabilizationSeconds": 30}}
+STEP = "seconds,requests_per_second,mean_tokens\n0,80,16\n60,250,16\n150,80,16\n210,80,16\n"  # ends at 270 s
+
+
+def write(tmp_path: Path, name: str, *docs: object) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(list(docs)) if not isinstance(docs[0], str) else str(docs[0]))
+    return path
+
+
+def service(**autoscaling: Any) -> dict[str, Any]:
+    return pooling({"autoscaling": {**AUTOSCALING, **autoscaling}}, name="minilm")
+
+
+# ---- Prometheus -----------------------------------------------------------------------------------------------
+
+
+def test_histogram_quantile_interpolates_as_prometheus() -> None:
+    bounds = (0.1, 0.2, 0.5)
+    assert histogram_quantile(0.99, bounds, [0, 50, 100, 100]) == pytest.approx(0.2 + 0.3 * 49 / 50)
+    assert histogram_quantile(0.99, bounds, [100, 100, 100, 100]) == pytest.approx(0.099)  # first bucket from 0
+    assert histogram_quantile(0.99, bounds, [0, 0, 0, 100]) == 0.5  # +Inf bucket: the highest finite bound
+    assert math.isnan(histogram_quantile(0.99, bounds, [0, 0, 0, 0]))
+
+
+def counters(success: int, waiting: int = 0, latency: float = 0.05) -> Counters:
+    c = Counters(success=success, prompt_tokens=16 * success, waiting=waiting)
+    for _ in range(success):
+        c.e2e.observe(latency)
+    return c
+
+
+def test_prometheus_rates_over_the_window_and_drops_a_gone_pod_from_instant_queries() -> None:
+    prom = Prometheus(60.0, counters(0).e2e.bounds)
+    for t in (0.0, 15.0, 30.0, 45.0, 60.0):
+        prom.scrape(1, t, counters(int(10 * t), waiting=3))
+    prom.scrape(2, 50.0, counters(100, waiting=4))  # just ready: one sample, no rate yet
+    values = prom.evaluate(60.0)
+    assert values["waiting"] == 7 and values["reporting"] == 2
+    assert values["completions"] == pytest.approx(10.0)  # (600 - 150) / (60 - 15): the window is (0, 60]
+    assert values["tokens"] == pytest.approx(160.0)
+    assert values["inSystem"] == pytest.approx(0.5)  # rate of the latency sum: 10/s × 0.05 s
+    assert values["p99"] == pytest.approx(0.03 + 0.02 * 0.99)  # inside the (0.03, 0.05] bucket
+    prom.gone(1, 61.0)
+    later = prom.evaluate(62.0)
+    assert later["waiting"] == 4 and later["reporting"] == 1  # the staleness marker hides pod 1 at once
+    assert later["completions"] == pytest.approx(10.0)  # its samples still make a rate
+    assert Prometheus(60.0, (0.1,)).evaluate(0.0) == {
+        "waiting": None, "reporting": None, "completions": None, "inSystem": None, "tokens": None, "p99": None,
+    }
+
+
+def test_signals_treat_nan_and_no_series_as_no_data() -> None:
+    s = signals_from({"waiting": 0.0, "reporting": 2.0, "completions": 0.0, "inSystem": 0.0, "tokens": 0.0, "p99": math.nan}, {})
+    assert (s.waiting, s.reporting, s.completions, s.p99) == (0.0, 2, 0.0, None)
+    assert signals_from({"waiting": None, "reporting": None}, {}).missing() == "waiting"
+
+
+# ---- the trace --------------------------------------------------------------------------------------------------
+
+
+def test_trace_is_a_step_function_whose_last_row_lasts_a_minute() -> None:
+    trace = parse_trace(STEP)
+    assert trace.end == 270.0
+    assert [(s.start, s.rate) for s in trace.overlapping(50, 61)] == [(0.0, 80.0), (60.0, 250.0)]
+    stream = list(arrivals(trace, random.Random(1)))
+    assert stream == list(arrivals(trace, random.Random(1)))
+    assert sum(1 for t, _ in stream if 60 <= t < 150) == pytest.approx(250 * 90, rel=0.03)
+    assert sum(n for _, n in stream) / len(stream) == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("time,rps,tokens\n0,1,16\n", "must start with the header seconds,requests_per_second,mean_tokens"),
+        ("seconds,requests_per_second,mean_tokens\n0,-5,16\n", "line 2: requests_per_second must not be negative"),
+        ("seconds,requests_per_second,mean_tokens\n0,1,16\n0,2,16\n", "line 3: seconds must increase"),
+        ("seconds,requests_per_second,mean_tokens\n5,1,16\n", "the first row must start at 0 seconds"),
+        ("seconds,requests_per_second,mean_tokens\n0,x,16\n", "line 2: expected numbers"),
+        ("seconds,requests_per_second,mean_tokens\n", "no rows"),
+        ("", "an empty file"),
+    ],
+)
+def test_trace_errors_name_the_line(text: str, words: str) -> None:
+    with pytest.raises(InputError, match=words):
+        parse_trace(text)
+
+
+# ---- the baselines' HPA ----------------------------------------------------------------------------------------
+
+
+def test_hpa_queue_follows_the_hpa_rules() -> None:
+    hpa = hpa_queue(1, 40)
+    assert hpa.replicas(0, 2, 2, {"waiting": 10.5}) == 2  # 10.5 / (5 × 2) is within the 0.1 tolerance
+    assert hpa.replicas(15, 2, 2, {"waiting": 30}) == 6  # ceil(30 / 5); the limit is max(4 pods, 100 %)
+    assert hpa.replicas(30, 10, 10, {"waiting": 500}) == 20  # wants 100, 100 % per 15 s allows 10 more
+    assert hpa.replicas(45, 20, 20, {"waiting": None}) == 20  # 0 waiting, but the 300 s window holds
+    assert hpa.replicas(346, 20, 20, {"waiting": 0}) == 1  # the window passed: down 100 % at once, to min
+
+
+def test_keda_value_metric_scales_ready_pods_and_reads_nan_as_zero() -> None:
+    p99 = Hpa("keda", (Metric("p99", "Value", 0.25),), 1, 10, down=Rules(0, HPA_DEFAULT_DOWN.policies))
+    assert p99.replicas(0, 3, 2, {"p99": 0.5}) == 4  # ceil(0.5 / 0.25 × 2 ready)
+    assert p99.replicas(15, 4, 4, {"p99": math.nan}) == 1  # NaN is 0 (ignoreNullValues)
+
+
+def test_keda_reads_the_rendered_scaled_object() -> None:
+    resource = read_resource(service(backend="keda", queueDepthPerReplica=8))
+    setup = setup_for(resource, None, FAST)
+    scaled = scaled_object(resource, None)
+    hpa = keda(scaled, setup.queries)
+    assert {(m.signal, m.metric_type, m.threshold) for m in hpa.metrics} == {("waiting", "AverageValue", 8.0), ("p99", "Value", 0.25)}
+    assert (hpa.min_replicas, hpa.max_replicas, hpa.up.window, hpa.down.window) == (1, 4, 0, 30)
+    scaled["spec"]["triggers"][0]["metadata"]["query"] = "sum(something_else)"
+    with pytest.raises(InputError, match="none of the service's queries: sum\\(something_else\\)"):
+        keda(scaled, setup.queries)
+
+
+def test_oracle_runs_the_fewest_replicas_one_startup_ahead() -> None:
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,150,16\n300,550,16\n600,0,16\n900,900,200\n")
+    oracle = Oracle(trace, {16: 100.0, 200: 0.0}, 60.0, 1, 6)
+    assert oracle.replicas(210, 2, 2, {}) == 2  # 300 s is beyond 210 + 60 + 15
+    assert oracle.replicas(240, 2, 2, {}) == 6  # ceil(550 / 100)
+    assert oracle.replicas(600, 6, 6, {}) == 1
+    assert oracle.replicas(840, 1, 1, {}) == 6  # 200-token requests cannot meet the target: the maximum
+
+
+def test_replica_rate_meets_the_target_and_not_much_more() -> None:
+    rate = replica_rate(FAST, 16, 0.25)
+    assert 0 < rate < FAST.capacity_rps(16)
+    assert replica_rate(FAST, 16, 0.1) < rate
+
+
+# ---- the simulated world ----------------------------------------------------------------------------------------
+
+
+def read_resource(doc: dict[str, Any]) -> Any:
+    from pooling_operator.vllm.validate import validate
+
+    result = validate(doc)
+    assert result.ok, result.problems
+    return result.resource
+
+
+class Fixed:
+    """A policy that sets given counts at given times."""
+
+    name = "fixed"
+    period = 15.0
+
+    def __init__(self, plan: Mapping[float, int]) -> None:
+        self.plan = plan
+
+    def start(self, replicas: int) -> None:
+        pass
+
+    def replicas(self, now: float, current: int, ready: int, values: Mapping[str, float | None]) -> int:
+        return self.plan.get(now, current)
+
+
+def test_loading_and_draining_replicas_hold_their_gpus() -> None:
+    resource = read_resource(pooling({"autoscaling": AUTOSCALING, "resources": {"gpu": {"count": 2}}}, name="minilm"))
+    setup = setup_for(resource, None, ServiceParams(startup_s=60))
+    idle = parse_trace("seconds,requests_per_second,mean_tokens\n0,0,16\n60,0,16\n")  # 120 s
+    result = run(setup, idle, Fixed({0.0: 3, 90.0: 1}))
+    assert result.replica_minutes == pytest.approx(1 * 2 + 2 * 1.5)
+    assert result.gpu_minutes == pytest.approx(2 * result.replica_minutes)  # 2 GPUs each, nothing to drain
+    assert [(e.t, e.replicas, e.ready) for e in result.timeline if e.t in (0, 45, 60, 90)] == [
+        (0, 3, 1), (45, 3, 1), (60, 3, 3), (90, 1, 1),
+    ]
+    assert result.max_replicas == 3
+
+
+def test_requests_wait_at_the_front_end_while_nothing_is_ready() -> None:
+    setup = setup_for(read_resource(service()), None, ServiceParams(startup_s=30), initial_replicas=0)
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,10,16\n")
+    result = run(setup, trace, Fixed({0.0: 1}))
+    assert result.minutes[0].missed and result.minutes[0].p99 is not None and result.minutes[0].p99 > 25
+    assert result.completed == pytest.approx(600, rel=0.15)
+
+
+@pytest.fixture(scope="module")
+def compared() -> dict[str, Any]:
+    resource = read_resource(service())
+    setup = setup_for(resource, None, FAST, seed=7)
+    return simulate(resource, None, parse_trace(STEP), setup, ["hpa-queue", "keda", "oracle"])
+
+
+def test_the_operator_scales_up_under_load_and_back_down(compared: dict[str, Any]) -> None:
+    timeline = compared["operator"].timeline
+    peak = max(e.replicas for e in timeline)
+    assert [e.replicas for e in timeline if e.t < 60] == [1] * 4
+    assert peak > 1
+    assert timeline[-1].replicas < peak  # 80 req/s again and a 30 s scale-down window
+
+
+def test_json_has_every_policy_with_its_figures(compared: dict[str, Any]) -> None:
+    out = json.loads(json.dumps(to_json(compared)))
+    assert list(out) == ["results"]
+    assert list(out["results"]) == ["operator", "hpa-queue", "keda", "oracle"]
+    for name, r in out["results"].items():
+        assert {"slo_minutes_missed", "gpu_minutes", "replica_minutes", "max_replicas", "gpu_minutes_ratio_to_oracle",
+                "timeline"} <= set(r), name
+        assert r["gpu_minutes"] >= r["replica_minutes"] > 0
+        assert r["minutes"] == 5
+        ticks = {e["t"] for e in r["timeline"]}
+        assert {float(t) for t in range(0, 270, 15)} <= ticks  # one entry per period (15 s), more at changes
+        assert all(set(e) == {"t", "replicas", "ready", "p99"} for e in r["timeline"])
+    assert out["results"]["oracle"]["gpu_minutes_ratio_to_oracle"] == 1.0
+
+
+def test_the_same_seed_gives_the_same_output() -> None:
+    resource = read_resource(service())
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,200,16\n")
+
+    def once(seed: int) -> dict[str, Any]:
+        setup = setup_for(resource, None, FAST, seed=seed)
+        return to_json({"operator": run(setup, trace, Operator(setup))})
+
+    assert once(3) == once(3)
+    assert once(3) != once(4)
+
+
+# ---- the command line -------------------------------------------------------------------------------------------
+
+
+def test_cli_prints_exactly_one_json_object(tmp_path: Path) -> None:
+    svc = write(tmp_path, "svc.yaml", service(), policy({"defaults": {"window": "30s"}}))
+    trace = write(tmp_path, "t.csv", "seconds,requests_per_second,mean_tokens\n0,100,16\n")
+    argv = [sys.executable, "-m", "pooling_operator", "simulate", str(svc), "--trace", str(trace), "--compare",
+            "hpa-queue", "--output", "json", "--startup-seconds", "20", "--seed", "5"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert list(out["results"]) == ["operator", "hpa-queue"]
+    assert out["results"]["operator"]["slo_minutes_missed"] == 0
+
+
+def test_the_service_file_may_carry_its_policy(tmp_path: Path) -> None:
+    path = write(tmp_path, "svc.yaml", pooling({"autoscaling": {"maxReplicas": 4}}, name="minilm"),
+                 policy({"defaults": {"p99Latency": "300ms"}, "limits": {"maxReplicas": 2}}))
+    resource, found = read_service(str(path))
+    setup = setup_for(resource, found, FAST)
+    assert (setup.p99_target, setup.max_replicas) == (0.3, 2)
+
+
+def test_cli_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    svc = write(tmp_path, "svc.yaml", service())
+    trace = write(tmp_path, "t.csv", "seconds,requests_per_second,mean_tokens\n0,50,16\n")
+    assert main(["simulate", str(svc), "--trace", str(trace), "--startup-seconds", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "operator: SLO-minutes missed 0/1" in out
+    assert "replicas/ready: 0s 1/1" in out
+
+
+@pytest.mark.parametrize(
+    ("docs", "trace", "words"),
+    [
+        ("missing", STEP, "no such file"),
+        (None, "time,rps\n0,1\n", "t.csv: the trace must start with the header"),
+        (None, "seconds,requests_per_second,mean_tokens\n0,-1,16\n", "t.csv: line 2: requests_per_second must not be negative"),
+        (pooling(name="minilm"), STEP, "PoolingService/minilm has no spec.autoscaling"),
+        (hidden_states(), STEP, "expected exactly one PoolingService or ScoringService, found 0 (HiddenStateJob)"),
+        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, STEP, "apiVersion: must be vllm-pooling.io/v1alpha1"),
+        (pooling({"autoscaling": {"maxReplicas": 3}}, name="minilm"), STEP, "needs a p99 target"),
+    ],
+    ids=["missing-file", "bad-header", "negative-rate", "no-autoscaling", "not-a-service", "not-ours", "no-p99"],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], docs: Any, trace: str,
+                                         words: str) -> None:
+    svc = tmp_path / "missing.yaml" if docs == "missing" else write(tmp_path, "svc.yaml", docs if docs is not None else service())
+    path = write(tmp_path, "t.csv", trace)
+    assert main(["simulate", str(svc), "--trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and words in err, err
