@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+DATA = Path(__file__).resolve().parent / "data"
 
 ORACLE_TALLY: dict[str, list[str]] = {}
 
 
-def shared_reference(name: str) -> Path:
-    """A file of ../shared/reference (beside the clone, in CI as in development)."""
-    path = SHARED / "reference" / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: the tests need ../shared beside the clone")
+def data_file(name: str) -> Path:
+    """A file of tests/data (reference data copied into the repository; tests/data/README.md says from where)."""
+    path = DATA / name
+    assert path.exists(), f"{path} is missing"
     return path
 
 

@@ -1,4 +1,4 @@
-"""Our verdict against real vLLM 0.32 for every oracle case (shared/reference/vllm-oracle-0.32.json).
+"""Our verdict against real vLLM 0.32 for every oracle case (tests/data/vllm-oracle-0.32.json, copied from the shared reference).
 
 Everything vLLM rejects — at parse, config, startup or on the first request — must be rejected here first;
 every command line rendered for a spec we accept must pass vLLM's parser and resolve to the same settings
@@ -19,11 +19,11 @@ from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 from tests import vllm_argv
-from tests.conftest import ORACLE_TALLY, shared_reference
+from tests.conftest import ORACLE_TALLY, data_file
 from tests.factories import merge, resource
 
 MAPPING = yaml.safe_load((Path(__file__).parent / "oracle" / "mapping.yaml").read_text())
-ORACLE = {case["id"]: case for case in json.loads(shared_reference("vllm-oracle-0.32.json").read_text())}
+ORACLE = {case["id"]: case for case in json.loads(data_file("vllm-oracle-0.32.json").read_text())}
 
 
 def vllm_final(case: dict[str, Any], entry: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """TEST SUPPORT ONLY - a stand-in for vLLM's hidden-state extraction, for testing the Job driver.
 
 Real vLLM cannot write hidden states on a CPU (ExampleHiddenStatesConnector pins memory through CUDA;
-see ../shared/reference/vllm-captures/hidden-states-cpu.txt), so the driver is tested against this
+see the shared reference capture vllm-captures/hidden-states-cpu.txt), so the driver is tested against this
 server instead. It speaks the part of vLLM's HTTP API the driver uses (/health, /tokenize,
 /v1/completions) and writes its files the way the connector does: the same tensor names, dtypes and
 shapes, serialized by the same safetensors library; random request-id file names in its storage path;

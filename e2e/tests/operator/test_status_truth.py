@@ -99,13 +99,21 @@ def test_pods_that_cannot_be_placed_are_named_at_once(cluster: ControlPlane, ope
     wait_for(lambda: any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events(cluster, namespace, "huge")),
              timeout=15, what="one Warning event naming it")
     table = cluster.kubectl("get", "pooling", "-n", namespace).stdout
-    assert "ReplicasNotReady" in table
+    assert "Unschedulable" in table, table  # at a glance
+
 
     claims(cluster, namespace)
     job = hidden_states({"resources": {"gpu": {"count": 9, "product": GPU_PRODUCT}}}, name="huge-job", namespace=namespace)
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job))
     obj = wait_for(lambda: degraded("hiddenstatejobs", "huge-job"), timeout=60, what="job Degraded=True Unschedulable")
     assert cond(obj, "Ready")["status"] == "False" and cond(obj, "Ready")["reason"] == "Unschedulable"
+
+    # Last (it refuses every new pod of the namespace): a ResourceQuota refusal refusal: the ReplicaSet controller's FailedCreate, at once.
+    cluster.kubectl("create", "quota", "no-pods", "-n", namespace, "--hard=pods=0")
+    apply(cluster, svc(namespace, name="quota"))
+    obj = wait_for(lambda: (o := get(cluster, path(namespace, "poolingservices", "quota")))
+                   and cond(o, "Degraded").get("reason") == "FailedCreate" and o, timeout=60, what="Degraded=True FailedCreate")
+    assert "exceeded quota" in cond(obj, "Degraded")["message"] and cond(obj, "Ready")["reason"] == "FailedCreate"
 
 
 @pytest.fixture

@@ -140,6 +140,9 @@ def service_status(
         else:
             message = f"{min(ready, updated)} of {desired} replicas ready and updated ({ready} ready, {updated} updated)."
         ready_cond = condition(C.READY, False, C.REPLICAS_NOT_READY, message, generation)
+        if placement is not None:
+            # At a glance (kubectl get shows Ready's reason): the controller's or scheduler's own words.
+            ready_cond = condition(C.READY, False, placement.reason, f"{message[:-1]}: {placement.message}", generation)
 
     namespace = meta.namespace or "default"
     service_routes = routes(resource, c)
