@@ -229,15 +229,28 @@ def test_noisy_signals_around_a_steady_load_do_not_flap() -> None:
     budget=st.one_of(st.none(), st.integers(0, 12)), start=st.integers(0, 20),
 )
 def test_never_leaves_bounds_nor_exceeds_a_cap(reads, lo, span, extra_cap, budget, start) -> None:
-    """Whatever the signals: within [minReplicas, min(maxReplicas, policy cap)], and never grown past the GPU
-    budget (a cap below minReplicas is refused by validation, so caps here are at least minReplicas)."""
+    """Whatever the signals: never above min(maxReplicas, policy cap); never grown past the GPU budget, which
+    stops growth even below minReplicas (a platform limit beats a service's wish); otherwise at least
+    minReplicas (a cap below minReplicas is refused by validation, so caps here are at least minReplicas)."""
     cap = None if extra_cap is None else lo + extra_cap
     targets = replace(T, min_replicas=lo, max_replicas=lo + span, policy_max_replicas=cap)
     state, replicas = State(), start
     for i, (rps, waiting, p99, reporting) in enumerate(reads):
         s = Signals(waiting=waiting, reporting=reporting or None, completions=rps, in_system=rps * 0.1, tokens=rps * 16, p99=p99)
         d = decide(i * 15.0, s, Observed(replicas=replicas, ready=min(replicas, reporting)), targets, state, budget)
-        assert targets.min_replicas <= d.desired <= targets.effective_max
+        assert d.desired <= targets.effective_max
         if budget is not None and d.desired > replicas:
-            assert d.desired <= max(budget, targets.min_replicas)
+            assert d.desired <= budget
+        grow_limit = max(budget, replicas) if budget is not None else targets.effective_max
+        assert d.desired >= min(targets.min_replicas, grow_limit)
         state, replicas = d.state, d.desired
+
+
+def test_a_restart_does_not_skip_the_scale_down_window() -> None:
+    """A fresh State (the operator restarted, or another replica took the Lease) holds 4 idle replicas for the
+    whole window, as if they had just been recommended; scale-up is not held back by it."""
+    replicas, _, _ = run([sig(rps=0)] * 30, replicas=4)
+    first_down = next(i for i, r in enumerate(replicas) if r < 4)
+    assert first_down * 15 >= 300
+    up = decide(0, sig(waiting=8 * 16, reporting=2), Observed(replicas=2, ready=2), T, State())
+    assert up.desired == 6

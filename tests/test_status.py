@@ -127,6 +127,15 @@ def test_foreign_items_in_associative_lists_are_left_alone_but_our_fields_are_co
     assert needs_apply(desired, observed)
 
 
+def test_atomic_lists_are_compared_whole() -> None:
+    """A RoleBinding's subjects are atomic: our forced apply replaces them, so a hand-added subject is a drift."""
+    desired = with_hash({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "x"},
+                         "subjects": [{"kind": "ServiceAccount", "name": "x"}]})
+    observed = copy.deepcopy(desired)
+    observed["subjects"].append({"kind": "User", "name": "intruder"})
+    assert needs_apply(desired, observed)
+
+
 def test_a_field_we_stop_setting_is_seen_through_the_hash() -> None:
     from pooling_operator.builders.diff import with_hash
 
@@ -177,3 +186,15 @@ def test_degraded_after_the_startup_budget_even_when_the_rollout_finished() -> N
     fine = service_status(r, c, [], deployment(2, 2), [])
     degraded_by_time(fine, old, datetime(2026, 11, 29, 11, 0, tzinfo=UTC), 600)
     assert by_type(fine)["Degraded"][0] == "False"
+
+
+def test_the_readme_lists_every_condition_reason() -> None:
+    """README's operator section names every reason status/conditions.py defines (one place, documented)."""
+    from pathlib import Path
+
+    from pooling_operator.status import conditions as C
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    reasons = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("TYPES_ORDER",)}
+    missing = sorted(r for r in reasons if f"`{r}`" not in readme)
+    assert not missing, missing

@@ -142,8 +142,10 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     meta = body["metadata"]
     old_status = body.get("status") or {}
     generation = meta.get("generation")
-    # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error.
-    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies))
+    # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error. The
+    # namespace's labels decide which policies apply (namespaceSelector), for the rules and the autoscaler alike.
+    labels = await _namespace_labels(ctx, meta.get("namespace"), policies)
+    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies), labels)
     problems = result.errors
     resource = result.resource
     reason = C.INVALID_SPEC
@@ -152,7 +154,7 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
         problems = _embedding_space_problems(resource, old_status)
         reason = C.EMBEDDING_SPACE_CHANGED
     if not problems and isinstance(resource, PoolingService | ScoringService):
-        policy, problems = await _policy(ctx, resource, policies)
+        policy, problems = _policy(resource, policies, labels)
         reason = C.POLICY_NOT_ALLOWED
     if problems or resource is None:
         status = invalid_status(generation, problems, reason if resource is not None else C.INVALID_SPEC)
@@ -213,8 +215,16 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
-async def _policy(
-    ctx: Context, resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec]
+async def _namespace_labels(ctx: Context, namespace: str | None, policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, str] | None:
+    """The namespace's labels when some policy selects namespaces (one read), else None (every policy applies)."""
+    if not any(p.namespace_selector for p in policies.values()):
+        return None
+    ns = await ctx.kube.get(KINDS["Namespace"], None, namespace or "default")
+    return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _policy(
+    resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None
 ) -> tuple[AutoscalingPolicySpec | None, list[Problem]]:
     """The policy the service follows, given its namespace's labels; a named policy whose namespaceSelector
     leaves the namespace out is a problem (a condition, not a crash)."""
@@ -222,13 +232,6 @@ async def _policy(
     if a is None:
         return None, []
     named = policies.get(a.policy_ref.name) if a.policy_ref else None
-    needs_labels = (named is not None and named.namespace_selector) or (
-        a.policy_ref is None and any(p.default and p.namespace_selector for p in policies.values())
-    )
-    labels: dict[str, str] | None = None
-    if needs_labels:
-        ns = await ctx.kube.get(KINDS["Namespace"], None, resource.metadata.namespace or "default")
-        labels = dict(((ns or {}).get("metadata") or {}).get("labels") or {})
     if named is not None and labels is not None and not selects(named.namespace_selector, labels):
         assert a.policy_ref is not None
         return None, [Problem(

@@ -102,13 +102,21 @@ class Leadership:
         self._renewed_at = now
         return True
 
-    async def run(self, on_acquire: Callable[[], Awaitable[None]]) -> None:
+    @property
+    def leading(self) -> bool:
+        """Held, and renewed recently enough that nobody else can have taken it: a replica whose renewals are
+        stuck stops acting at the renew deadline, before the Lease can expire for the others."""
+        return self.held and self.clock() - self._renewed_at < RENEW_DEADLINE_SECONDS
+
+    async def run(self, on_acquire: Callable[[], Awaitable[None]], background: Callable[[Any], None]) -> None:
         LEADER.set(0)
         log.info("Standing by for Lease %s/%s as %s", self.namespace, self.name, self.identity)
         while True:
             try:
-                won = await self.attempt()
-            except (ApiError, OSError) as exc:
+                won = await asyncio.wait_for(self.attempt(), RENEW_DEADLINE_SECONDS / 2)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a slow or failing API server, a bad answer: never kill this loop
                 won = False
                 if self.held and self.clock() - self._renewed_at < RENEW_DEADLINE_SECONDS:
                     won = True  # a failed renewal inside the deadline: still ours
@@ -117,8 +125,8 @@ class Leadership:
                 self.held = True
                 LEADER.set(1)
                 log.info("Acquired Lease %s/%s: this replica acts", self.namespace, self.name)
-                asyncio.get_running_loop().create_task(on_acquire())
-            elif not won and self.held:
+                background(on_acquire())
+            elif self.held and (not won or not self.leading):
                 self.held = False
                 LEADER.set(0)
                 log.warning("Lost Lease %s/%s: this replica stands by and stops acting", self.namespace, self.name)
@@ -148,10 +156,11 @@ class Runtime:
         self.leadership = leadership
         self._tasks: list[asyncio.Task[Any]] = []
         self._retries: set[str] = set()
+        self._wanted = asyncio.Event()
 
     @property
     def leading(self) -> bool:
-        return self.leadership is None or self.leadership.held
+        return self.leadership is None or self.leadership.leading
 
     async def _leading(self) -> bool:
         return self.leading
@@ -165,7 +174,7 @@ class Runtime:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._resync_forever(), name="resync"))
         if self.leadership is not None:
-            self._tasks.append(loop.create_task(self.leadership.run(self._acquired), name="lease"))
+            self._tasks.append(loop.create_task(self.leadership.run(self._acquired, ctx.background), name="lease"))
         else:
             LEADER.set(1)
 
@@ -173,10 +182,10 @@ class Runtime:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.ctx.autoscaler is not None:
+            await self.ctx.autoscaler.close()  # no decision in flight once the Lease is handed over
         if self.leadership is not None:
             await self.leadership.release()
-        if self.ctx.autoscaler is not None:
-            await self.ctx.autoscaler.close()
 
     async def _acquired(self) -> None:
         try:
@@ -261,9 +270,17 @@ class Runtime:
     # kopf's watches resume from the last resourceVersion and never re-list, and its timers need finalizers, so
     # the resync is one operator-wide loop: every RESYNC_SECONDS it lists the resources and reconciles each.
 
+    def request_resync(self) -> None:
+        """Resync soon (a policy changed): requests coalesce into one pass of the resync loop."""
+        self._wanted.set()
+
     async def _resync_forever(self) -> None:
         while True:
-            await asyncio.sleep(RESYNC_SECONDS)  # the resync period itself, not a wait for something
+            try:
+                await asyncio.wait_for(self._wanted.wait(), RESYNC_SECONDS)  # the period, or a request
+            except TimeoutError:
+                pass
+            self._wanted.clear()
             if not self.leading:
                 continue
             try:
@@ -300,6 +317,8 @@ class Runtime:
                     pass
                 except TransientError as exc:
                     log.info("Resync of %s %s/%s deferred: %s", body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"], exc)
+                except Exception:  # one object's failure never stops the others' reconciles
+                    log.exception("Resync of %s %s/%s failed", body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"])
 
         await asyncio.gather(*(one(b) for b in bodies))
         if self.leading:

@@ -112,6 +112,7 @@ class State:
     last_waiting: tuple[float, float] | None = None  # (time, waiting) of the previous read
     last_scale_time: float | None = None
     capacity_floor: float | None = None  # the highest unsaturated reading with latency on target: a lower bound
+    started: tuple[float, int] | None = None  # (time, replicas) of the first decision
 
 
 @dataclass(frozen=True)
@@ -196,24 +197,29 @@ def limit_step(events: Iterable[tuple[float, int]], now: float, current: int, wa
 
 
 def _bounds(targets: Targets, budget_replicas: int | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
-    """(bounded count, reason, message) — reason WITHIN_BOUNDS when nothing bit."""
+    """(bounded count, reason, message); reason WITHIN_BOUNDS when nothing bit. One order of precedence for
+    every path: the configured range [minReplicas, min(maxReplicas, policy cap)] first; then growth — never
+    shrinking — stops at the namespace's GPU budget and while pods cannot be placed, even below minReplicas.
+    Messages name the bound, never a figure that changes every period (those are in status.autoscaling)."""
     t = targets
     ceiling, reason, message = t.max_replicas, LIMIT_MAX, f"maxReplicas is {t.max_replicas}"
     if t.policy_max_replicas is not None and t.policy_max_replicas < ceiling:
         ceiling, reason, message = t.policy_max_replicas, LIMIT_POLICY, f"the policy's limits.maxReplicas is {t.policy_max_replicas}"
-    if budget_replicas is not None and budget_replicas < ceiling:
-        ceiling, reason, message = (
-            max(budget_replicas, 0), LIMIT_BUDGET,
-            f"the namespace's GPU budget (limits.maxGPUsPerNamespace) leaves room for {max(budget_replicas, 0)} replicas",
-        )
-    if observed.unschedulable and observed.replicas < ceiling:
-        ceiling, reason, message = observed.replicas, LIMIT_UNSCHEDULABLE, f"pods cannot be placed: {observed.unschedulable}"
-    floor = t.min_replicas
+    floor = min(t.min_replicas, ceiling)
     if wanted > ceiling:
-        return max(ceiling, floor if reason != LIMIT_UNSCHEDULABLE else min(floor, ceiling)), reason, f"wants {wanted} replicas but {message}"
-    if wanted < floor:
-        return floor, LIMIT_MIN, f"wants {wanted} replicas but minReplicas is {floor}"
-    return wanted, WITHIN_BOUNDS, f"{wanted} replicas are within [{floor}, {ceiling}]"
+        desired = ceiling
+    elif wanted < floor:
+        desired, reason, message = floor, LIMIT_MIN, f"minReplicas is {floor}"
+    else:
+        desired, reason, message = wanted, WITHIN_BOUNDS, f"within [{floor}, {ceiling}]"
+    if desired > observed.replicas and observed.unschedulable:
+        desired, reason, message = observed.replicas, LIMIT_UNSCHEDULABLE, f"pods cannot be placed: {observed.unschedulable}"
+    elif desired > observed.replicas and budget_replicas is not None and desired > max(budget_replicas, observed.replicas):
+        desired, reason, message = (
+            max(budget_replicas, observed.replicas), LIMIT_BUDGET,
+            "the namespace's GPU budget (the policy's limits.maxGPUsPerNamespace) is used up",
+        )
+    return desired, reason, message
 
 
 def decide(
@@ -229,7 +235,7 @@ def decide(
     # ---- 1. no data: hold -----------------------------------------------------------------------------
     missing = signals.missing() if signals.unreachable is None else None
     if signals.unreachable is not None or missing is not None:
-        held, _, _ = _bounds(targets, None, observed, current)
+        held, _, _ = _bounds(targets, budget_replicas, observed, current)
         if signals.unreachable is not None:
             why, message = PROMETHEUS_UNREACHABLE, f"Prometheus did not answer: {signals.unreachable}"
         else:
@@ -292,9 +298,18 @@ def decide(
     # from the reporting pods is what the service needs in all.
     horizon = now - max(targets.up_window_seconds, targets.down_window_seconds)
     history = (*((t, r) for t, r in state.recommendations if t >= horizon), (now, raw))
+    # A fresh start (a restart, a failover): the replicas running then count as a recommendation for the
+    # scale-down window, so a restart never skips it (HPA does the same); scale-up is not held back.
+    started = state.started or (now, current)
+    if started[0] >= now - targets.down_window_seconds:
+        history_down = (started, *history)
+    else:
+        history_down = history
 
     # ---- 4.-6. stabilise, limit the step, bound ----------------------------------------------------------
     stable = stabilize(history, now, current, targets.up_window_seconds, targets.down_window_seconds)
+    if stable < current:
+        stable = min(current, stabilize(history_down, now, current, targets.up_window_seconds, targets.down_window_seconds))
     stepped = limit_step(state.scale_events, now, current, stable, targets.up_max_step, targets.down_max_step)
     desired, limit_reason, limit_message = _bounds(targets, budget_replicas, observed, stepped)
     limited = limit_reason != WITHIN_BOUNDS and desired != stepped
@@ -304,7 +319,7 @@ def decide(
     if desired != current:
         events += ((now, desired - current),)
         last_scale = now
-    state = replace(state, recommendations=history, scale_events=events, last_scale_time=last_scale)
+    state = replace(state, recommendations=history, scale_events=events, last_scale_time=last_scale, started=started)
 
     values = {"queueDepth": waiting / reporting, "arrivalRate": arrival}
     if signals.in_system is not None:
@@ -318,7 +333,7 @@ def decide(
         desired=desired, reason=reason, state=state, metrics_available=True, metrics_reason=QUERIES_ANSWERED,
         metrics_message="every query returned data", limited=limited,
         limited_reason=limit_reason if limited else WITHIN_BOUNDS,
-        limited_message=limit_message if limited else f"{desired} replicas are within the bounds",
+        limited_message=limit_message if limited else "the desired count is within the bounds",
         recommendations=dict(recs), values=values,
     )
 

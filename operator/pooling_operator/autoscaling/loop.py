@@ -31,13 +31,35 @@ from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Decision, Observ
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.builders.common import gpu_count, selector_labels
+from pooling_operator.builders.common import MANAGED_LABELS, gpu_count, selector_labels
 from pooling_operator.builders.services import service_queries
-from pooling_operator.k8s.api import KINDS, ApiError, Kube
+from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.metrics import Queries
 
 log = logging.getLogger(__name__)
+
+
+def _replicas(deployment: dict[str, Any]) -> int:
+    return int(deployment["spec"].get("replicas", 1))
+
+
+def _gpus(deployment: dict[str, Any]) -> int:
+    """GPUs one pod of the Deployment asks for (every extended resource whose name ends in "gpu")."""
+    total = 0
+    for c in deployment["spec"]["template"]["spec"].get("containers") or []:
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
+            if name.endswith("gpu"):
+                total += int(value)
+    return total
+
+
+def _autoscaled(deployment: dict[str, Any]) -> bool:
+    """Its replicas belong to an autoscaler (ours, or KEDA's HPA), not to the operator's apply."""
+    for entry in deployment["metadata"].get("managedFields") or []:
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return entry.get("manager") != FIELD_MANAGER
+    return False
 
 
 @dataclass
@@ -85,7 +107,7 @@ class Autoscaler:
         self.clock = clock
         self.services: dict[str, Tracked] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._readers: dict[Endpoint, PrometheusReader] = {}
+        self._readers: dict[tuple[str, str | None], PrometheusReader] = {}
 
     # ---- what the reconcile tells us --------------------------------------------------------------------
 
@@ -93,20 +115,19 @@ class Autoscaler:
         a = resource.spec.autoscaling
         assert a is not None and resource.metadata.uid
         targets = resolve_targets(resource, policy)
-        before = self.services.get(resource.metadata.uid)
         namespace = resource.metadata.namespace or "default"
-        self.services[resource.metadata.uid] = Tracked(
-            uid=resource.metadata.uid,
-            kind=resource.kind,
-            namespace=namespace,
-            name=resource.metadata.name,
-            gpus=gpu_count(resource.spec.resources),
-            targets=targets,
-            queries=service_queries(resource, targets.window),
-            decides=a.backend == "operator",
-            state=before.state if before else State(),
-            last_scale_time=before.last_scale_time if before else None,
-        )
+        settings = {
+            "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
+            "gpus": gpu_count(resource.spec.resources), "targets": targets,
+            "queries": service_queries(resource, targets.window), "decides": a.backend == "operator",
+        }
+        before = self.services.get(resource.metadata.uid)
+        if before is not None:
+            # Updated in place (a reconcile runs on every child event): a decision being taken keeps its service.
+            for key, value in settings.items():
+                setattr(before, key, value)
+        else:
+            self.services[resource.metadata.uid] = Tracked(uid=resource.metadata.uid, **settings)  # type: ignore[arg-type]
         if namespace not in self._tasks or self._tasks[namespace].done():
             self._tasks[namespace] = asyncio.get_running_loop().create_task(self._run(namespace), name=f"autoscaler/{namespace}")
 
@@ -148,10 +169,13 @@ class Autoscaler:
 
     async def tick(self, namespace: str) -> list[tuple[Tracked, Decision]]:
         """One decision for every autoscaled service of the namespace, with the GPU budget shared out."""
-        reads = [r for r in await asyncio.gather(*(self._read(s) for s in self._in(namespace))) if r is not None]
+        deployments = {d["metadata"]["name"]: d for d in await self.kube.list(KINDS["Deployment"], namespace, MANAGED_LABELS)}
+        reads = [r for r in await asyncio.gather(*(self._read_safely(s, deployments) for s in self._in(namespace))) if r is not None]
         now = self.clock()
         decided: list[tuple[Read, Decision]] = []
-        used = sum(r.current * r.service.gpus for r in reads)
+        # What the namespace's autoscaled Deployments hold now, read from the API server (not from memory: after
+        # a restart, or for a service whose spec just turned invalid, the Deployments still hold their GPUs).
+        used = sum(_replicas(d) * _gpus(d) for d in deployments.values() if _autoscaled(d))
         growing: list[Read] = []
         for r in reads:
             if not r.service.decides or r.signals is None:
@@ -179,12 +203,19 @@ class Autoscaler:
         return decide(now, r.signals, Observed(replicas=r.current, ready=r.ready, unschedulable=r.unschedulable),
                       r.service.targets, r.service.state, budget_replicas=room)
 
-    async def _read(self, s: Tracked) -> Read | None:
+    async def _read_safely(self, s: Tracked, deployments: dict[str, dict[str, Any]]) -> Read | None:
+        """One service's read; a failure holds that service alone (its Deployment still counts for the budget)."""
+        try:
+            return await self._read(s, deployments.get(s.name))
+        except Exception as exc:
+            log.warning("Holding %s %s/%s this period: %s", s.kind, s.namespace, s.name, exc)
+            return None
+
+    async def _read(self, s: Tracked, deployment: dict[str, Any] | None) -> Read | None:
         body = await self.kube.get(KINDS[s.kind], s.namespace, s.name)
         if body is None or body["metadata"].get("uid") != s.uid or body["metadata"].get("deletionTimestamp"):
             self.untrack(s.uid)
             return None
-        deployment = await self.kube.get(KINDS["Deployment"], s.namespace, s.name)
         if deployment is None:
             return None  # the reconcile has not created it yet
         pods = await self.kube.list(KINDS["Pod"], s.namespace, selector_labels(s.name, s.kind))
@@ -201,9 +232,12 @@ class Autoscaler:
             endpoint = await self._endpoint(s.targets.prometheus or self.default_prometheus)
         except ApiError as exc:
             return Signals(unreachable=f"cannot read the policy's Prometheus credentials: {exc}", queries=s.queries.named())
-        reader = self._readers.get(endpoint)
-        if reader is None:
-            reader = self._readers[endpoint] = PrometheusReader(endpoint)
+        key = (endpoint.url, endpoint.ca_pem)
+        reader = self._readers.get(key)
+        if reader is None or reader.endpoint != endpoint:
+            if reader is not None:
+                await reader.close()  # a rotated token or a new timeout: one session per Prometheus
+            reader = self._readers[key] = PrometheusReader(endpoint)
         return await reader.read(s.queries)
 
     async def _endpoint(self, spec: PrometheusSpec) -> Endpoint:
@@ -225,7 +259,9 @@ class Autoscaler:
     async def _act(self, r: Read, d: Decision) -> None:
         s = r.service
         if self.services.get(s.uid) is not s:
-            return  # untracked or re-tracked meanwhile: the next tick decides with the new settings
+            return  # untracked meanwhile
+        if not await self.leading():
+            return  # the Lease went while this decision was being taken: another replica acts now
         s.state = d.state
         if d.desired != r.current:
             await write_scale(self.kube, r.body, r.current, d)

@@ -22,17 +22,13 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _round(value: float) -> float:
-    """Two significant digits: status says what was seen without a write for every wiggle."""
-    if value == 0:
-        return 0.0
-    return float(f"{value:.2g}")
+FIGURE_TOLERANCE = 0.1  # a status figure is rewritten when it moved by more than this share
 
 
 def autoscaling_status(decision: Decision, current: int, ready: int, last_scale_time: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"desiredReplicas": decision.desired, "currentReplicas": current, "readyReplicas": ready}
     for key, value in sorted(decision.values.items()):
-        out[key] = _round(value)
+        out[key] = float(f"{value:.3g}")
     if decision.recommendations:
         out["recommendations"] = dict(sorted(decision.recommendations.items()))
     if last_scale_time:
@@ -48,12 +44,29 @@ def decision_conditions(decision: Decision, generation: int | None) -> list[dict
     ]
 
 
-def _comparable(status: dict[str, Any]) -> tuple[Any, ...]:
-    block = dict(status.get("autoscaling") or {})
-    block.pop("reason", None)  # carries live figures; the figures themselves are compared rounded
-    mine, _ = C.split(status.get("conditions"), C.AUTOSCALER_TYPES)
-    conds = sorted((c["type"], c["status"], c.get("reason"), c.get("observedGeneration")) for c in mine)
-    return block, conds
+def _same(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Nothing worth a write: the same counts, recommendations, scale time and conditions (status, reason,
+    message), and every figure within FIGURE_TOLERANCE of what status says (figures wiggle every period;
+    rewriting them would write, and reconcile, every 15 s per service). The reason text follows the figures
+    and is left out."""
+    a, b = dict(old.get("autoscaling") or {}), dict(new.get("autoscaling") or {})
+    for block in (a, b):
+        block.pop("reason", None)
+    if a.keys() != b.keys():
+        return False
+    for key, value in b.items():
+        before = a[key]
+        if isinstance(value, float) and isinstance(before, int | float) and not isinstance(before, bool):
+            if abs(value - before) > FIGURE_TOLERANCE * max(abs(value), abs(before)):
+                return False
+        elif value != before:
+            return False
+
+    def conds(status: dict[str, Any]) -> list[tuple[Any, ...]]:
+        mine, _ = C.split(status.get("conditions"), C.AUTOSCALER_TYPES)
+        return sorted((c["type"], c["status"], c.get("reason"), c.get("message"), c.get("observedGeneration")) for c in mine)
+
+    return conds(old) == conds(new)
 
 
 async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: Decision) -> None:
@@ -75,7 +88,7 @@ async def write_status(kube: Kube, body: dict[str, Any], decision: Decision, cur
         "autoscaling": autoscaling_status(decision, current, ready, last_scale_time),
         "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), _now()),
     }
-    if _comparable(new) == _comparable(old):
+    if _same(old, new):
         return False
     patch = {
         "apiVersion": body["apiVersion"],

@@ -13,6 +13,7 @@ from pooling_operator.vllm.args import MODEL_MOUNT
 from pooling_operator.vllm.workload import Workload
 
 MANAGED_BY = "vllm-pooling-operator"
+MANAGED_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}  # on every child: what the operator watches and lists
 COMPONENTS = {
     "PoolingService": "pooling-service",
     "ScoringService": "scoring-service",

@@ -39,32 +39,42 @@ def _same_leaf(want: Any, have: Any, quantity: bool) -> bool:
     return False
 
 
-# The merge keys of the associative lists we write (containers, env, volumes, volumeMounts, ports,
-# ownerReferences): server-side apply merges these item by item, so an item another manager added (a sidecar
-# injector's container, a hand-added env var) stays, and must not make us apply again.
-_MERGE_KEYS = ("name", "mountPath", "containerPort", "uid")
+# The associative lists we write, by field name, with their merge keys (as the Kubernetes API declares them):
+# server-side apply merges these item by item, so an item another manager added (a sidecar injector's container,
+# a hand-added env var) stays, and must not make us apply again. Every other list is atomic: our apply replaces
+# it whole, so it is compared whole (a hand-added RoleBinding subject or ScaledObject trigger is taken back).
+ASSOCIATIVE_LISTS = {
+    "containers": ("name",),
+    "initContainers": ("name",),
+    "env": ("name",),
+    "volumes": ("name",),
+    "volumeMounts": ("mountPath",),
+    "ports": ("containerPort", "port"),  # a container's ports, a Service's ports
+    "ownerReferences": ("uid",),
+}
 
 
-def _merge_key(items: list[Any]) -> str | None:
-    if not items or not all(isinstance(i, dict) for i in items):
+def _merge_key(field: str | None, items: list[Any]) -> str | None:
+    keys = ASSOCIATIVE_LISTS.get(field or "")
+    if not keys or not items or not all(isinstance(i, dict) for i in items):
         return None
-    return next((k for k in _MERGE_KEYS if all(k in i for i in items)), None)
+    return next((k for k in keys if all(k in i for i in items)), None)
 
 
-def covers(have: Any, want: Any, quantity: bool = False) -> bool:
+def covers(have: Any, want: Any, quantity: bool = False, field: str | None = None) -> bool:
     """True when every field of ``want`` is present in ``have`` with the same value. Fields the server or other
     managers add are ignored, as server-side apply leaves them alone: extra keys of a map, and extra items of
-    an associative list (matched by its merge key); other lists compare by position and length. An empty
+    an associative list (matched by its merge key, ASSOCIATIVE_LISTS); atomic lists compare whole. An empty
     value we set counts as present when the server dropped it (e.g. an env var's value: "")."""
     if isinstance(want, dict):
         return isinstance(have, dict) and all(
-            covers(have[k], v, quantity or k in ("resources", "sizeLimit")) if k in have else v in _EMPTY
+            covers(have[k], v, quantity or k in ("resources", "sizeLimit"), k) if k in have else v in _EMPTY
             for k, v in want.items()
         )
     if isinstance(want, list):
         if not isinstance(have, list):
             return False
-        key = _merge_key(want)
+        key = _merge_key(field, want)
         if key is not None:
             by_key = {h.get(key): h for h in have if isinstance(h, dict)}
             return all(w[key] in by_key and covers(by_key[w[key]], w, quantity) for w in want) and _same_order(have, want, key)

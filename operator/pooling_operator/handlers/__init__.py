@@ -14,14 +14,13 @@ import kopf
 
 from pooling_operator import GROUP, VERSION
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.k8s.api import TransientError
+from pooling_operator.builders.common import MANAGED_LABELS
 from pooling_operator.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 PREFIX = "operator.vllm-pooling.io"
 FINALIZER = f"{PREFIX}/finalizer"
-MANAGED = {"app.kubernetes.io/managed-by": "vllm-pooling-operator"}
 SERVICES = ("poolingservices", "scoringservices", "hiddenstatejobs")
 # Every kind the operator owns, and pods (status reads them): a child deleted or edited by hand is put back at
 # once, not at the next resync. Kinds whose CRD is absent (prometheus-operator, KEDA) are simply not served.
@@ -99,7 +98,7 @@ for _plural in SERVICES:
 
 for _group, _version, _child in CHILDREN:
 
-    @kopf.on.event(_group, _version, _child, labels=MANAGED)
+    @kopf.on.event(_group, _version, _child, labels=MANAGED_LABELS)
     async def child_changed(body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], **_: Any) -> None:
         await memo.runtime.on_child(dict(body), _policies(policies))
 
@@ -108,10 +107,4 @@ for _group, _version, _child in CHILDREN:
 async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
     """A policy appeared, changed or went away: its services pick up the change now (not at the next resync),
     and every policy's status counts the services that follow it."""
-    runtime: Runtime = memo.runtime
-    if not runtime.leading:
-        return
-    try:
-        await runtime.resync_all()
-    except TransientError as exc:
-        log.info("Policy change deferred to the next resync: %s", exc)
+    memo.runtime.request_resync()

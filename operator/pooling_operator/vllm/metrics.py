@@ -130,7 +130,7 @@ def queries(namespace: str, instance: str, component: str, window: str) -> Queri
     m = matchers(namespace, instance, component)
     return Queries(
         waiting=f"sum({WAITING}{{{m}}})",
-        reporting=f"count({WAITING}{{{m}}})",
+        reporting=f"count(count by ({POD_LABEL}) ({WAITING}{{{m}}}))",  # pods, not engines (data parallel)
         completions=f"sum(rate({SUCCESS}{{{m}}}[{window}]))",
         in_system=f"sum(rate({E2E_LATENCY}_sum{{{m}}}[{window}]))",
         tokens=f"sum(rate({PROMPT_TOKENS}{{{m}}}[{window}]))",

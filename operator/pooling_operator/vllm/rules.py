@@ -100,8 +100,11 @@ def check(
     resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> list[Problem]:
-    """Every rule of the resource's vLLM version; empty when the resource is valid."""
+    """Every rule of the resource's vLLM version; empty when the resource is valid. With the namespace's labels
+    (the reconcile knows them, the offline CLI does not) policies apply only where their namespaceSelector
+    selects, exactly as the autoscaler resolves them."""
     if isinstance(resource, AutoscalingPolicy):
         return sorted(_policy(resource))
     w = workload(resource)
@@ -120,7 +123,7 @@ def check(
     else:
         problems += _hidden_state_job(resource, w)
     if isinstance(resource, PoolingService | ScoringService) and resource.spec.autoscaling:
-        problems += _autoscaling(resource.spec.autoscaling, policies)
+        problems += _autoscaling(resource.spec.autoscaling, policies, namespace_labels)
     return sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message))
 
 
@@ -643,7 +646,9 @@ def _hidden_state_job(resource: HiddenStateJob, w: Workload) -> Iterator[Problem
 # ---- autoscaling -------------------------------------------------------------------------------------------
 
 
-def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None) -> Iterator[Problem]:
+def _autoscaling(
+    a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None, namespace_labels: Mapping[str, str] | None
+) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
         yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
     if a.min_replicas < 1 and a.backend != "keda":
@@ -652,7 +657,7 @@ def _autoscaling(a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpe
         yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
     if policies is None:
         return
-    policy = policy_for(a, policies)
+    policy = policy_for(a, policies, namespace_labels)
     if a.policy_ref is not None and policy is None:
         yield Problem(
             "spec.autoscaling.policyRef.name",

@@ -73,9 +73,10 @@ def validate(
     obj: Any,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> Result:
     """Schema and every vLLM rule."""
     result = parse(obj)
     if result.resource is not None:
-        result.problems = check(result.resource, settings or Settings(), policies)
+        result.problems = check(result.resource, settings or Settings(), policies, namespace_labels)
     return result
