@@ -55,11 +55,12 @@ def _gpus(deployment: dict[str, Any]) -> int:
 
 
 def _autoscaled(deployment: dict[str, Any]) -> bool:
-    """Its replicas belong to an autoscaler (ours, or KEDA's HPA), not to the operator's apply."""
+    """Its replicas are not set by the operator's apply (which leaves them out exactly when the service
+    autoscales): they belong to an autoscaler, ours or KEDA's HPA, or still hold the API server's default."""
     for entry in deployment["metadata"].get("managedFields") or []:
-        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
-            return entry.get("manager") != FIELD_MANAGER
-    return False
+        if entry.get("manager") == FIELD_MANAGER and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return False
+    return True
 
 
 @dataclass
