@@ -198,3 +198,19 @@ def test_the_readme_lists_every_condition_reason() -> None:
     reasons = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("TYPES_ORDER",)}
     missing = sorted(r for r in reasons if f"`{r}`" not in readme)
     assert not missing, missing
+
+
+def test_placement_problems_in_the_controllers_own_words() -> None:
+    from pooling_operator.status.placement import placement_problem
+
+    failure = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                          "message": "pods \"x\" is forbidden: exceeded quota: q"}]}}
+    assert placement_problem(failure, []).reason == "FailedCreate"  # type: ignore[union-attr]
+    pending = {"metadata": {"name": "p"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/5 nodes are available"}]}}
+    found = placement_problem({}, [pending])
+    assert found is not None and found.reason == "Unschedulable" and "0/5 nodes" in found.message
+    refusal = [{"reason": "FailedCreate", "message": "Error creating: exceeded quota", "lastTimestamp": "2026-01-01T00:00:00Z"}]
+    assert placement_problem({}, [], refusal).reason == "FailedCreate"  # type: ignore[union-attr]
+    running = {"metadata": {"name": "r"}, "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert placement_problem({}, [running], refusal) is None  # a refusal is stale once a pod exists

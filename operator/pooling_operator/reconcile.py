@@ -210,7 +210,13 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     job = current.get(("Job", meta["name"]))
     configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
     pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
-    status = job_status(resource, job, configmap, pods)
+    refusals: list[dict[str, Any]] = []
+    if job is not None and not pods and not (job.get("status") or {}).get("active"):
+        # No pod at all: ask whether the Job controller was refused (quota, PodSecurity); one read, only then.
+        fields = {"involvedObject.kind": "Job", "involvedObject.name": meta["name"], "reason": "FailedCreate"}
+        refusals = [e for e in await ctx.kube.list(KINDS["Event"], meta.get("namespace"), {}, fields)
+                    if (e.get("involvedObject") or {}).get("uid") == job["metadata"].get("uid")]
+    status = job_status(resource, job, configmap, pods, refusals)
     await _write_status(ctx, body, old_status, status)
     return status
 

@@ -114,6 +114,12 @@ def test_pods_that_cannot_be_placed_are_named_at_once(cluster: ControlPlane, ope
     obj = wait_for(lambda: (o := get(cluster, path(namespace, "poolingservices", "quota")))
                    and cond(o, "Degraded").get("reason") == "FailedCreate" and o, timeout=60, what="Degraded=True FailedCreate")
     assert "exceeded quota" in cond(obj, "Degraded")["message"] and cond(obj, "Ready")["reason"] == "FailedCreate"
+    # ...and for a job, whose controller reports the refusal only as an event on the Job.
+    job = hidden_states({"resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}}}, name="quota-job", namespace=namespace)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job))
+    obj = wait_for(lambda: (o := get(cluster, f"/apis/vllm-pooling.io/v1alpha1/namespaces/{namespace}/hiddenstatejobs/quota-job"))
+                   and cond(o, "Degraded").get("reason") == "FailedCreate" and o, timeout=60, what="job Degraded=True FailedCreate")
+    assert "exceeded quota" in cond(obj, "Degraded")["message"]
 
 
 @pytest.fixture

@@ -139,9 +139,13 @@ class Kube:
                 return None
             raise
 
-    async def list(self, kind: Kind, namespace: str | None, selector: dict[str, str]) -> list[dict[str, Any]]:
-        """Objects of a kind matching labels; [] when the kind is not installed (e.g. no KEDA)."""
+    async def list(
+        self, kind: Kind, namespace: str | None, selector: dict[str, str], fields: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Objects of a kind matching labels (and fields); [] when the kind is not installed (e.g. no KEDA)."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in sorted(fields.items()))))
         try:
             items = (await self.request("GET", kind.path(namespace), query=query))["items"]
         except ApiError as exc:

@@ -38,8 +38,11 @@ def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]
 
 
 def job_status(
-    resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None, pods: list[dict[str, Any]] | None = None
+    resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
+    pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The whole status; `refusals` are the FailedCreate events of the Job (its controller reports a quota or
+    PodSecurity refusal nowhere else)."""
     spec, generation = resource.spec, resource.metadata.generation
     js = (job or {}).get("status") or {}
     job_conditions = {c.get("type"): c for c in js.get("conditions") or [] if c.get("status") == "True"}
@@ -78,7 +81,8 @@ def job_status(
             generation,
         )
         ready = condition(C.READY, running, C.RUNNING if running else C.CREATING, "The job is running." if running else "The Job is being created.", generation)
-    placement = placement_problem(job, pods or []) if "Complete" not in job_conditions and "Failed" not in job_conditions else None
+    finished = "Complete" in job_conditions or "Failed" in job_conditions
+    placement = None if finished else placement_problem(job, pods or [], refusals)
     if placement is not None:
         # Pods that cannot be created or placed: say so at once, in the controller's or scheduler's words.
         ready = condition(C.READY, False, placement.reason, placement.message, generation)

@@ -15,7 +15,9 @@ class Placement:
     message: str
 
 
-def placement_problem(workload: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Placement | None:
+def placement_problem(
+    workload: dict[str, Any] | None, pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None
+) -> Placement | None:
     """A ReplicaFailure of the Deployment (quota, PodSecurity, a missing ServiceAccount: the ReplicaSet
     controller's FailedCreate), else the first pending pod the scheduler could not place (services and jobs)."""
     for cond in ((workload or {}).get("status") or {}).get("conditions") or []:
@@ -28,4 +30,8 @@ def placement_problem(workload: dict[str, Any] | None, pods: list[dict[str, Any]
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
                 return Placement(C.LIMIT_UNSCHEDULABLE, f"pod {pod['metadata']['name']}: {cond.get('message') or 'unschedulable'}")
+    # A Job's controller says FailedCreate only in an event on the Job: believed while no pod of it exists.
+    if not pods and events:
+        latest = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return Placement(C.FAILED_CREATE, str(latest.get("message") or "pods cannot be created"))
     return None
