@@ -8,30 +8,26 @@ fires.
 from __future__ import annotations
 
 import difflib
-import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
-from pooling_operator.api.base import duration_seconds
-from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import (
-    AUTOSCALING_MIN_REPLICAS_MESSAGE,
     EMBEDDING_TASKS,
     MATRYOSHKA_RULE,
     SEQUENCE_POOLING,
     SEQUENCE_TASKS,
-    AutoscalingSpec,
 )
 from pooling_operator.vllm.contract import (
-    CONNECTOR_EXTRA_KEYS,
-    HIDDEN_STATE_CONNECTORS,
     Contract,
     contract,
     resolve_version,
 )
-from pooling_operator.vllm.models import BGE_M3, MLA
+from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
+from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["Settings", "check", "owned_flags"]
@@ -106,7 +102,7 @@ def check(
     (the reconcile knows them, the offline CLI does not) policies apply only where their namespaceSelector
     selects, exactly as the autoscaler resolves them."""
     if isinstance(resource, AutoscalingPolicy):
-        return sorted(_policy(resource))
+        return sorted(policy_problems(resource))
     w = workload(resource)
     problems = list(_common(w, settings or Settings()))
     version, error = resolve_version(w.engine.version, w.engine.image)
@@ -121,9 +117,9 @@ def check(
     elif isinstance(resource, ScoringService):
         problems += _scoring_service(resource, w, c)
     else:
-        problems += _hidden_state_job(resource, w)
+        problems += [*hidden_state_problems(resource, w), *_batched_tokens(w)]
     if isinstance(resource, PoolingService | ScoringService) and resource.spec.autoscaling:
-        problems += _autoscaling(resource.spec.autoscaling, policies, namespace_labels)
+        problems += autoscaling_problems(resource.spec.autoscaling, policies, namespace_labels)
     return sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message))
 
 
@@ -578,119 +574,3 @@ def _labels(spec: object, c: Contract | None) -> Iterator[Problem]:
 # ---- HiddenStateJob ----------------------------------------------------------------------------------------
 
 
-def _hidden_state_job(resource: HiddenStateJob, w: Workload) -> Iterator[Problem]:
-    spec = resource.spec
-    hints = spec.model.hints
-    layers = spec.layers
-    if len(set(layers)) != len(layers):
-        dupes = sorted({x for x in layers if layers.count(x) > 1})
-        yield Problem(
-            "spec.layers",
-            f"layer ids must be unique; {dupes} repeat (vLLM accepts duplicates, then crashes on the first request)",
-        )
-    elif layers != sorted(layers):
-        yield Problem("spec.layers", f"layers must be in ascending order: {sorted(layers)}")
-    if hints and hints.num_hidden_layers is not None:
-        for i, layer in enumerate(layers):
-            if layer > hints.num_hidden_layers:
-                yield Problem(
-                    f"spec.layers[{i}]",
-                    f"layer {layer} does not exist: valid ids are 0 (the embeddings) to {hints.num_hidden_layers} "
-                    "(model.hints.numHiddenLayers, the last layer); vLLM would silently write another layer",
-                )
-    f = w.facts
-    if f is not None and f.native != "generate":
-        yield Problem(
-            "spec.model.hints.architectures",
-            f"hidden-state extraction runs a generate model with vLLM's EAGLE-3 interface; {f.architecture} is a "
-            "pooling model",
-        )
-    if f is not None and f.architecture in MLA:
-        yield Problem(
-            "spec.model.hints.architectures",
-            f"{f.architecture} uses multi-head latent attention, which the hidden-state connector does not support",
-        )
-    if spec.connector.name not in HIDDEN_STATE_CONNECTORS:
-        yield Problem(
-            "spec.connector.name",
-            f"{spec.connector.name} is not a hidden-state connector; use one of {', '.join(HIDDEN_STATE_CONNECTORS)}",
-        )
-    extra = spec.connector.extra_config or {}
-    for key, value in sorted(extra.items()):
-        path = f"spec.connector.extraConfig.{key}"
-        if key not in CONNECTOR_EXTRA_KEYS:
-            yield Problem(path, f"unknown connector key; known keys: {', '.join(CONNECTOR_EXTRA_KEYS)}")
-        elif key == "shared_storage_path":
-            yield Problem(
-                path,
-                "set by the operator to a staging folder inside spec.output.volume so finished files move "
-                "atomically; remove it",
-            )
-        elif key == "use_synchronization_lock" and value is not True:
-            yield Problem(path, "must stay true: the driver waits on the connector's lock before reading a file")
-        elif key == "allow_custom_save_path" and value is not False:
-            yield Problem(path, "must stay false: the operator owns where files are written")
-        elif key == "num_writer_threads" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            yield Problem(path, "must be a positive integer")
-    if spec.parallelism is not None and spec.parallelism > spec.shards:
-        yield Problem("spec.parallelism", "parallelism must be less than or equal to shards")
-    if spec.output.storage_budget is not None and not (hints and hints.hidden_size):
-        yield Problem("spec.output.storageBudget", "output.storageBudget needs model.hints.hiddenSize to estimate file sizes")
-    out = posixpath.normpath(spec.output.volume.path)
-    data = posixpath.normpath(spec.dataset.volume.path)
-    if spec.output.volume.claim_name == spec.dataset.volume.claim_name and (data == out or data.startswith(out.rstrip("/") + "/")):
-        yield Problem("spec.output.volume.path", f"the dataset {data} lies inside the output folder {out}; keep them apart")
-    yield from _batched_tokens(w)
-
-
-# ---- autoscaling -------------------------------------------------------------------------------------------
-
-
-def _autoscaling(
-    a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None, namespace_labels: Mapping[str, str] | None
-) -> Iterator[Problem]:
-    if a.min_replicas > a.max_replicas:
-        yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
-    if a.min_replicas < 1 and a.backend != "keda":
-        yield Problem("spec.autoscaling.minReplicas", AUTOSCALING_MIN_REPLICAS_MESSAGE)
-    if a.p99_latency is not None and not 0 < duration_seconds(a.p99_latency) <= 3600:
-        yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
-    if policies is None:
-        return
-    policy = policy_for(a, policies, namespace_labels)
-    if a.policy_ref is not None and policy is None:
-        yield Problem(
-            "spec.autoscaling.policyRef.name",
-            f"AutoscalingPolicy {a.policy_ref.name!r} does not exist; known: {', '.join(sorted(policies)) or 'none'}",
-        )
-        return
-    cap = policy.limits.max_replicas if policy is not None else None
-    if cap is not None and a.min_replicas > cap:
-        yield Problem(
-            "spec.autoscaling.minReplicas",
-            f"{a.min_replicas} is above the policy's limit of {cap} replicas (limits.maxReplicas); use at most {cap}",
-        )
-    if policy is not None and a.backend not in policy.allowed_backends:
-        yield Problem(
-            "spec.autoscaling.backend",
-            f"backend {a.backend} is not allowed by the policy; allowed: {', '.join(policy.allowed_backends)}",
-        )
-
-
-def _policy(resource: AutoscalingPolicy) -> Iterator[Problem]:
-    spec = resource.spec
-    if not spec.allowed_backends:
-        yield Problem("spec.allowedBackends", "allowedBackends must name at least one backend")
-    if len(set(spec.allowed_backends)) != len(spec.allowed_backends):
-        yield Problem("spec.allowedBackends", "backends must be distinct")
-    p99 = spec.defaults.p99_latency
-    if p99 is not None and not 0 < duration_seconds(p99) <= 3600:
-        yield Problem("spec.defaults.p99Latency", f"{p99} must be above 0 and at most 1h, e.g. 500ms")
-    down = spec.defaults.scale_down
-    floor = spec.limits.min_scale_down_stabilization_seconds
-    if down and down.stabilization_seconds is not None and floor is not None and down.stabilization_seconds < floor:
-        yield Problem(
-            "spec.defaults.scaleDown.stabilizationSeconds",
-            f"{down.stabilization_seconds} is below the policy's own floor limits.minScaleDownStabilizationSeconds "
-            f"{floor}",
-        )
