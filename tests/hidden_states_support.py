@@ -10,8 +10,7 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,18 +27,6 @@ LAYERS = "3,18,33,36"
 HIDDEN = 64
 # The driver on its own (the main CLI registers the same parser under `pooling-operator hidden-states`).
 DRIVER = [sys.executable, "-m", "pooling_operator"]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def env() -> dict[str, str]:

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from e2e.harness.poll import wait_for
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
 from pooling_operator.api import HiddenStateJob
@@ -54,7 +55,6 @@ from tests.hidden_states_support import (
     standin,
     start_driver,
     start_standin,
-    wait_until,
     write_dataset,
 )
 
@@ -400,8 +400,8 @@ def test_sigkill_twice_then_resume_gives_the_same_result(tmp_path: Path) -> None
         args[args.index("--endpoint") + 1] = server.url
         for kill_at in (120, 300):
             driver = start_driver(*args, log=tmp_path / "driver.log")
-            wait_until(lambda n=kill_at, d=driver: len(manifest_lines(output, 0)) >= n or d.poll() is not None, 60,
-                       f"{kill_at} manifest lines")
+            wait_for(lambda n=kill_at, d=driver: len(manifest_lines(output, 0)) >= n or d.poll() is not None,
+                     timeout=60, what=f"{kill_at} manifest lines", interval=0.01, max_interval=0.01)
             assert driver.poll() is None, "the shard finished before it could be killed"
             driver.send_signal(signal.SIGKILL)
             driver.wait()
