@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from pooling_operator.api import messages as M
 from pooling_operator.api.quantity import QUANTITY_PATTERN
 
 # Markers read by api/crd.py when the OpenAPI schema is emitted.
@@ -105,7 +106,7 @@ class ModelSource(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": "has(self.huggingFace) != has(self.volume)",
-                    "message": "exactly one of huggingFace or volume must be set",
+                    "message": M.SOURCE_EXACTLY_ONE,
                 }
             ]
         }

@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from pooling_operator import GROUP, VERSION
+from pooling_operator.api import messages as M
 from pooling_operator.api.resources import DNS1035_LABEL, KINDS, KindInfo
 
 _DROP = {"title", "default", "examples", "additionalProperties"}
@@ -104,8 +105,7 @@ def crd(info: KindInfo) -> dict[str, Any]:
         "x-kubernetes-validations": [
             {
                 "rule": f"self.metadata.name.size() <= 63 && self.metadata.name.matches('{DNS1035_LABEL}')",
-                "message": "metadata.name must be a DNS-1035 label of at most 63 characters (lowercase letters, "
-                "digits and '-', starting with a letter), because a Service carries the name",
+                "message": f"metadata.name {M.NAME_DNS1035}",
             }
         ],
     }

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, StringConstraints
 
+from pooling_operator.api import messages as M
 from pooling_operator.api.base import (
     EngineSpec,
     ModelSpec,
@@ -70,16 +71,16 @@ class HiddenStateJobSpec(Spec):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "spec is immutable: create a new HiddenStateJob instead"},
+                {"rule": "self == oldSelf", "message": M.JOB_IMMUTABLE},
                 {
                     "rule": "!has(self.parallelism) || self.parallelism <= self.shards",
-                    "message": "parallelism must be less than or equal to shards",
+                    "message": M.PARALLELISM_LE_SHARDS,
                     "fieldPath": ".parallelism",
                 },
                 {
                     "rule": "!has(self.output.storageBudget) || "
                     "(has(self.model.hints) && has(self.model.hints.hiddenSize))",
-                    "message": "output.storageBudget needs model.hints.hiddenSize to estimate file sizes",
+                    "message": M.BUDGET_NEEDS_HIDDEN_SIZE,
                     "fieldPath": ".output.storageBudget",
                 },
             ]
@@ -97,7 +98,7 @@ class HiddenStateJobSpec(Spec):
         json_schema_extra={
             "x-kubernetes-list-type": "set",
             "x-kubernetes-validations": [
-                {"rule": "self.isSorted()", "message": "layers must be in ascending order"}
+                {"rule": "self.isSorted()", "message": M.LAYERS_ASCENDING}
             ],
         },
     )

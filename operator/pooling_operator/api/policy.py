@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
+from pooling_operator.api import messages as M
 from pooling_operator.api.base import Duration, Name, ObjectDict, Spec, StatusBase, duration_seconds
 from pooling_operator.api.services import AutoscalingSpec, Backend, ScaleBehavior
 
@@ -72,7 +73,7 @@ class AutoscalingPolicySpec(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": "!has(self.allowedBackends) || self.allowedBackends.size() > 0",
-                    "message": "allowedBackends must name at least one backend",
+                    "message": M.ALLOWED_BACKENDS_NONEMPTY,
                     "fieldPath": ".allowedBackends",
                 }
             ]

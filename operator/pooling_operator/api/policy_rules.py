@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from pooling_operator.api import AutoscalingPolicy
+from pooling_operator.api import messages as M
 from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.services import AUTOSCALING_MIN_REPLICAS_MESSAGE, AutoscalingSpec
+from pooling_operator.api.services import AutoscalingSpec
 
 
 def autoscaling_problems(
     a: AutoscalingSpec, policies: Mapping[str, AutoscalingPolicySpec] | None, namespace_labels: Mapping[str, str] | None
 ) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
-        yield Problem("spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas")
+        yield Problem("spec.autoscaling.minReplicas", M.MIN_LE_MAX_REPLICAS)
     if a.min_replicas < 1 and a.backend != "keda":
-        yield Problem("spec.autoscaling.minReplicas", AUTOSCALING_MIN_REPLICAS_MESSAGE)
+        yield Problem("spec.autoscaling.minReplicas", M.MIN_REPLICAS_ZERO)
     if a.p99_latency is not None and not 0 < duration_seconds(a.p99_latency) <= 3600:
         yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
     if policies is None:
@@ -45,7 +46,7 @@ def autoscaling_problems(
 def policy_problems(resource: AutoscalingPolicy) -> Iterator[Problem]:
     spec = resource.spec
     if not spec.allowed_backends:
-        yield Problem("spec.allowedBackends", "allowedBackends must name at least one backend")
+        yield Problem("spec.allowedBackends", M.ALLOWED_BACKENDS_NONEMPTY)
     if len(set(spec.allowed_backends)) != len(spec.allowed_backends):
         yield Problem("spec.allowedBackends", "backends must be distinct")
     p99 = spec.defaults.p99_latency

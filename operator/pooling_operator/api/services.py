@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints
 
+from pooling_operator.api import messages as M
 from pooling_operator.api.base import (
     Duration,
     EngineSpec,
@@ -77,10 +78,7 @@ class PolicyRef(Spec):
     name: Name = Field(description="Name of the AutoscalingPolicy.")
 
 
-AUTOSCALING_MIN_REPLICAS_MESSAGE = (
-    "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "
-    "pod: use minReplicas >= 1 with backend operator, or backend keda with an external trigger"
-)
+AUTOSCALING_MIN_REPLICAS_MESSAGE = M.MIN_REPLICAS_ZERO
 
 
 class AutoscalingSpec(Spec):
@@ -93,7 +91,7 @@ class AutoscalingSpec(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": "self.minReplicas <= self.maxReplicas",
-                    "message": "minReplicas must be less than or equal to maxReplicas",
+                    "message": M.MIN_LE_MAX_REPLICAS,
                     "fieldPath": ".minReplicas",
                 },
                 {
@@ -185,15 +183,11 @@ _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
-EMBEDDING_SPACE_MESSAGE = (
-    "model.name, model.revision, pooling.type, pooling.normalize and pooling.dimensions define the vector "
-    "space; change embeddingSpace to a new label in the same update to change them"
-)
+EMBEDDING_SPACE_MESSAGE = M.EMBEDDING_SPACE
 MATRYOSHKA_RULE = {
     "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
     "(has(self.model.matryoshkaDimensions) && self.pooling.dimensions in self.model.matryoshkaDimensions)",
-    "message": "pooling.dimensions must be one of model.matryoshkaDimensions (declare the model's Matryoshka sizes "
-    "there first)",
+    "message": M.MATRYOSHKA_DIMENSIONS,
     "fieldPath": ".pooling.dimensions",
 }
 
@@ -207,15 +201,14 @@ class PoolingServiceSpec(Spec):
                 {
                     "rule": "!has(self.pooling) || !has(self.pooling.type) || "
                     "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
-                    "message": "pooling.type must be CLS, MEAN or LAST for the sequence tasks embed and classify, "
-                    "ALL or STEP for the token tasks token_embed and token_classify",
+                    "message": M.POOLING_TYPE_FOR_TASK,
                     "fieldPath": ".pooling.type",
                 },
                 MATRYOSHKA_RULE,
                 {
                     "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
                     "self.task in ['embed', 'token_embed']",
-                    "message": "pooling.dimensions applies only to the embedding tasks embed and token_embed",
+                    "message": M.DIMENSIONS_EMBEDDING_ONLY,
                     "fieldPath": ".pooling.dimensions",
                 },
                 {
@@ -269,7 +262,7 @@ class GenerativeSpec(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": "self.labels.all(l, self.labels.exists_one(m, m.id == l.id))",
-                    "message": "label token ids must be distinct",
+                    "message": M.LABELS_DISTINCT,
                     "fieldPath": ".labels",
                 }
             ]
@@ -299,17 +292,17 @@ class ScoringServiceSpec(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": "(self.mode == 'generative') == has(self.generative)",
-                    "message": "generative must be set exactly when mode is generative",
+                    "message": M.GENERATIVE_IFF_MODE,
                     "fieldPath": ".generative",
                 },
                 {
                     "rule": "!has(self.pooling) || self.mode == 'biEncoder'",
-                    "message": "pooling applies only to mode biEncoder",
+                    "message": M.POOLING_BIENCODER_ONLY,
                     "fieldPath": ".pooling",
                 },
                 {
                     "rule": "!has(self.pooling) || !has(self.pooling.type) || self.pooling.type in ['CLS', 'MEAN', 'LAST']",
-                    "message": "a biEncoder embeds whole sequences: pooling.type must be CLS, MEAN or LAST",
+                    "message": M.BIENCODER_SEQUENCE_POOLING,
                     "fieldPath": ".pooling.type",
                 },
                 MATRYOSHKA_RULE,

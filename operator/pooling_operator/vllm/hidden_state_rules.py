@@ -7,6 +7,7 @@ import posixpath
 from collections.abc import Iterator
 
 from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.contract import CONNECTOR_EXTRA_KEYS, HIDDEN_STATE_CONNECTORS
 from pooling_operator.vllm.models import MLA
@@ -25,7 +26,7 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
             f"layer ids must be unique; {dupes} repeat (vLLM accepts duplicates, then crashes on the first request)",
         )
     elif layers != sorted(layers):
-        yield Problem("spec.layers", f"layers must be in ascending order: {sorted(layers)}")
+        yield Problem("spec.layers", f"{M.LAYERS_ASCENDING}: {sorted(layers)}")
     if hints and hints.num_hidden_layers is not None:
         for i, layer in enumerate(layers):
             if layer > hints.num_hidden_layers:
@@ -69,9 +70,9 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
         elif key == "num_writer_threads" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             yield Problem(path, "must be a positive integer")
     if spec.parallelism is not None and spec.parallelism > spec.shards:
-        yield Problem("spec.parallelism", "parallelism must be less than or equal to shards")
+        yield Problem("spec.parallelism", M.PARALLELISM_LE_SHARDS)
     if spec.output.storage_budget is not None and not (hints and hints.hidden_size):
-        yield Problem("spec.output.storageBudget", "output.storageBudget needs model.hints.hiddenSize to estimate file sizes")
+        yield Problem("spec.output.storageBudget", M.BUDGET_NEEDS_HIDDEN_SIZE)
     out = posixpath.normpath(spec.output.volume.path)
     data = posixpath.normpath(spec.dataset.volume.path)
     if spec.output.volume.claim_name == spec.dataset.volume.claim_name and (data == out or data.startswith(out.rstrip("/") + "/")):

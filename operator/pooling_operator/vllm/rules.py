@@ -12,12 +12,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import (
     EMBEDDING_TASKS,
-    MATRYOSHKA_RULE,
     SEQUENCE_POOLING,
     SEQUENCE_TASKS,
 )
@@ -139,7 +139,7 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
     model, engine = w.model, w.engine
     source = model.source
     if source is not None and (source.hugging_face is None) == (source.volume is None):
-        yield Problem("spec.model.source", "exactly one of huggingFace or volume must be set")
+        yield Problem("spec.model.source", M.SOURCE_EXACTLY_ONE)
     from_hub = source is None or source.hugging_face is not None
     if from_hub and not model.revision:
         yield Problem(
@@ -367,26 +367,23 @@ def _pooling(w: Workload, base: str) -> Iterator[Problem]:
         return
     if pooling.type is not None and (task in SEQUENCE_TASKS) != (pooling.type in SEQUENCE_POOLING):
         allowed = "CLS, MEAN or LAST" if task in SEQUENCE_TASKS else "ALL or STEP"
-        yield Problem(
-            f"{base}.type",
-            f"{pooling.type} does not fit task {task}: pooling.type must be CLS, MEAN or LAST for the sequence "
-            f"tasks embed and classify, ALL or STEP for the token tasks token_embed and token_classify "
-            f"(use {allowed})",
-        )
+        # A biEncoder's CEL rule speaks of biEncoders; a PoolingService's of tasks: say what the API server says.
+        shared = M.BIENCODER_SEQUENCE_POOLING if w.kind == "ScoringService" else M.POOLING_TYPE_FOR_TASK
+        yield Problem(f"{base}.type", f"{pooling.type} does not fit task {task}: {shared} (use {allowed})")
     if pooling.dimensions is not None:
         declared = w.model.matryoshka_dimensions
         if task not in EMBEDDING_TASKS:
-            yield Problem(f"{base}.dimensions", "pooling.dimensions applies only to the embedding tasks embed and token_embed")
+            yield Problem(f"{base}.dimensions", M.DIMENSIONS_EMBEDDING_ONLY)
         elif not declared:
             yield Problem(
                 f"{base}.dimensions",
-                f"{MATRYOSHKA_RULE['message']}: the model declares no Matryoshka support, so vLLM would answer "
+                f"{M.MATRYOSHKA_DIMENSIONS}: the model declares no Matryoshka support, so vLLM would answer "
                 "every embedding request with 400",
             )
         elif pooling.dimensions not in declared:
             yield Problem(
                 f"{base}.dimensions",
-                f"{MATRYOSHKA_RULE['message']}: {pooling.dimensions} is not in {sorted(declared)}",
+                f"{M.MATRYOSHKA_DIMENSIONS}: {pooling.dimensions} is not in {sorted(declared)}",
             )
     chunked = pooling.chunked_processing
     if chunked and chunked.max_embed_len and not chunked.enabled:
@@ -515,9 +512,9 @@ def _pooling_service(resource: PoolingService, w: Workload) -> Iterator[Problem]
 def _scoring_service(resource: ScoringService, w: Workload, c: Contract | None) -> Iterator[Problem]:
     spec = resource.spec
     if (spec.mode == "generative") != (spec.generative is not None):
-        yield Problem("spec.generative", "generative must be set exactly when mode is generative")
+        yield Problem("spec.generative", M.GENERATIVE_IFF_MODE)
     if spec.pooling is not None and spec.mode != "biEncoder":
-        yield Problem("spec.pooling", "pooling applies only to mode biEncoder")
+        yield Problem("spec.pooling", M.POOLING_BIENCODER_ONLY)
     hints = w.model.hints
     f = w.facts
     if spec.mode == "generative":
@@ -561,7 +558,7 @@ def _labels(spec: object, c: Contract | None) -> Iterator[Problem]:
         if label.id in seen:
             yield Problem(
                 f"spec.generative.labels[{i}].id",
-                f"label token ids must be distinct: {label.id} repeats labels[{seen[label.id]}]",
+                f"{M.LABELS_DISTINCT}: {label.id} repeats labels[{seen[label.id]}]",
             )
         seen.setdefault(label.id, i)
         if hints and hints.vocab_size is not None and label.id >= hints.vocab_size:

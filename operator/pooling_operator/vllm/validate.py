@@ -13,14 +13,12 @@ from pydantic import ValidationError
 
 from pooling_operator import API_VERSION
 from pooling_operator.api import KINDS, AnyResource
+from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem, from_validation_error
 from pooling_operator.vllm.rules import Settings, check
 
-NAME_MESSAGE = (
-    "must be a DNS-1035 label of at most 63 characters (lowercase letters, digits and '-', starting with a "
-    "letter and ending with a letter or digit), because a Service carries the name"
-)
+NAME_MESSAGE = M.NAME_DNS1035
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""The messages of rules that both the API server (CEL in the CRDs) and Python validation (`validate`, the
+reconcile) enforce: one definition each, so `kubectl apply` and `pooling-operator validate` say the same thing.
+Python may add specifics after the shared text (which id repeats, the sorted order); tests/test_cel_messages.py
+checks that every CEL rule of crds/ has a Python rule whose message contains its message."""
+
+from __future__ import annotations
+
+NAME_DNS1035 = (
+    "must be a DNS-1035 label of at most 63 characters (lowercase letters, digits and '-', starting with a "
+    "letter and ending with a letter or digit), because a Service carries the name"
+)
+SOURCE_EXACTLY_ONE = "exactly one of huggingFace or volume must be set"
+MIN_LE_MAX_REPLICAS = "minReplicas must be less than or equal to maxReplicas"
+MIN_REPLICAS_ZERO = (
+    "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "
+    "pod: use minReplicas >= 1 with backend operator, or backend keda with an external trigger"
+)
+POOLING_TYPE_FOR_TASK = (
+    "pooling.type must be CLS, MEAN or LAST for the sequence tasks embed and classify, ALL or STEP for the token "
+    "tasks token_embed and token_classify"
+)
+MATRYOSHKA_DIMENSIONS = (
+    "pooling.dimensions must be one of model.matryoshkaDimensions (declare the model's Matryoshka sizes there first)"
+)
+DIMENSIONS_EMBEDDING_ONLY = "pooling.dimensions applies only to the embedding tasks embed and token_embed"
+EMBEDDING_SPACE = (
+    "model.name, model.revision, pooling.type, pooling.normalize and pooling.dimensions define the vector "
+    "space; change embeddingSpace to a new label in the same update to change them"
+)
+LABELS_DISTINCT = "label token ids must be distinct"
+GENERATIVE_IFF_MODE = "generative must be set exactly when mode is generative"
+POOLING_BIENCODER_ONLY = "pooling applies only to mode biEncoder"
+BIENCODER_SEQUENCE_POOLING = "a biEncoder embeds whole sequences: pooling.type must be CLS, MEAN or LAST"
+JOB_IMMUTABLE = "spec is immutable: create a new HiddenStateJob instead"
+PARALLELISM_LE_SHARDS = "parallelism must be less than or equal to shards"
+BUDGET_NEEDS_HIDDEN_SIZE = "output.storageBudget needs model.hints.hiddenSize to estimate file sizes"
+LAYERS_ASCENDING = "layers must be in ascending order"
+ALLOWED_BACKENDS_NONEMPTY = "allowedBackends must name at least one backend"
