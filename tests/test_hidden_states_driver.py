@@ -24,8 +24,8 @@ from e2e.harness.poll import wait_for
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
 from pooling_operator.api import HiddenStateJob
+from pooling_operator.api.hidden_state_contract import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.builders.jobs import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
 from pooling_operator.hidden_states import budget as budget_mod
 from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes
 from pooling_operator.hidden_states.cli import add_parser, config_from, main

@@ -6,6 +6,7 @@ import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob
+from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
@@ -25,9 +26,6 @@ from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, OUTPUT_MOUNT
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.workload import workload
 
-# Driver exit codes that end the whole Job at once (a retry cannot help); see hidden_states/.
-EXIT_BUDGET_EXCEEDED = 3
-EXIT_DATASET_UNREADABLE = 4
 INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
 
 
@@ -135,7 +133,8 @@ def job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> dict[str, A
                         "onExitCodes": {
                             "containerName": "driver",
                             "operator": "In",
-                            "values": [EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE],
+                            # The driver's exit codes that end the whole Job at once (a retry cannot help).
+                            "values": list(JOB_ENDING_EXIT_CODES.values()),
                         },
                     },
                     {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooling_operator.api.hidden_state_contract import EXIT_FAILED, EXIT_USAGE
+
 if TYPE_CHECKING:
     from pooling_operator.hidden_states.driver import Config
 
@@ -100,12 +102,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     problem = check(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return asyncio.run(_run(config_from(args), args.progress_configmap))
 
 
 async def _run(config: Config, configmap: str) -> int:
-    from pooling_operator.hidden_states.driver import EXIT_FAILED, Driver
+    from pooling_operator.hidden_states.driver import Driver
 
     writer = None
     if configmap:

@@ -2,9 +2,9 @@
 
 Every step is safe to interrupt (SIGKILL, eviction, node loss): a sample counts as finished only when its
 manifest line is on disk, and the next run's resume repairs whatever a crash left half done (see
-manifest.resume). Exit codes: 0 done (failed samples are listed in failed.jsonl and do not fail the
-shard), 1 vLLM unavailable or an unexpected error (the Job retries the shard), 3 the storage budget
-would be exceeded, 4 the dataset cannot be read (3 and 4 end the whole Job: a retry cannot help).
+manifest.resume). Exit codes (api/hidden_state_contract): 0 done (failed samples are listed in failed.jsonl
+and do not fail the shard), 1 vLLM unavailable or an unexpected error (the Job retries the shard), 3 the
+storage budget would be exceeded, 4 the dataset cannot be read (3 and 4 end the whole Job: a retry cannot help).
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pooling_operator.builders.jobs import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
+from pooling_operator.api.hidden_state_contract import (
+    BUDGET_EXCEEDED,
+    DATASET_UNREADABLE,
+    EXIT_BUDGET_EXCEEDED,
+    EXIT_DATASET_UNREADABLE,
+    EXIT_FAILED,
+    EXIT_OK,
+    FAILED,
+    SUCCEEDED,
+)
 from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
 from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
 from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
@@ -37,20 +46,9 @@ from pooling_operator.hidden_states.manifest import (
     resume,
     write_json_atomically,
 )
-from pooling_operator.hidden_states.progress import (
-    BUDGET_EXCEEDED,
-    DATASET_UNREADABLE,
-    FAILED,
-    SUCCEEDED,
-    Counts,
-    Reporter,
-    Sink,
-)
+from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_FAILED = 1
 
 
 @dataclass(frozen=True)

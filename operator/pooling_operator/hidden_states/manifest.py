@@ -8,6 +8,7 @@ Layout under ``<output>``::
     shard-<I>/_SUCCESS             JSON counts, written last
     .staging/shard-<I>/            vLLM's shared_storage_path for this shard
 
+Names and fields are api/hidden_state_contract's (vllm.args.storage_path builds the staging path from them).
 ``file`` in the manifest is relative to the manifest's folder. A sample is finished only once its
 manifest line is on disk; the file is renamed into place before that line is written, so after a crash
 a file may exist without its line (an orphan, removed on resume) but a line never points at a
@@ -28,14 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pooling_operator.api.hidden_state_contract import (
+    FAILED_FIELDS,
+    FAILED_LOG,
+    MANIFEST,
+    MANIFEST_FIELDS,
+    SAMPLE_SUFFIX,
+    SUCCESS_MARKER,
+    shard_folder,
+)
 from pooling_operator.vllm.args import storage_path
 
 log = logging.getLogger(__name__)
 
-SUFFIX = ".safetensors"
-MANIFEST = "manifest.jsonl"
-FAILED = "failed.jsonl"
-SUCCESS = "_SUCCESS"
 TMP_SUFFIX = ".tmp"
 # Keeps names well under the 255-byte limit of common filesystems, with room for the hash and suffix.
 MAX_NAME = 120
@@ -49,7 +55,7 @@ class ShardPaths:
 
     @property
     def folder(self) -> Path:
-        return self.output / f"shard-{self.shard}"
+        return self.output / shard_folder(self.shard)
 
     @property
     def staging(self) -> Path:
@@ -62,11 +68,11 @@ class ShardPaths:
 
     @property
     def failed(self) -> Path:
-        return self.folder / FAILED
+        return self.folder / FAILED_LOG
 
     @property
     def success(self) -> Path:
-        return self.folder / SUCCESS
+        return self.folder / SUCCESS_MARKER
 
 
 def file_name(sample_id: str) -> str:
@@ -78,9 +84,9 @@ def file_name(sample_id: str) -> str:
     """
     safe = _UNSAFE.sub("_", sample_id)
     if safe == sample_id and not safe.startswith(".") and len(safe) <= MAX_NAME:
-        return safe + SUFFIX
+        return safe + SAMPLE_SUFFIX
     digest = hashlib.sha256(sample_id.encode("utf-8")).hexdigest()[:16]
-    return f"{safe.lstrip('.')[:MAX_NAME]}-{digest}{SUFFIX}"
+    return f"{safe.lstrip('.')[:MAX_NAME]}-{digest}{SAMPLE_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -92,20 +98,20 @@ class Entry:
     sha256: str
 
     def line(self) -> bytes:
-        doc = {"id": self.id, "file": self.file, "tokens": self.tokens, "bytes": self.bytes, "sha256": self.sha256}
+        doc = {field: getattr(self, field) for field in MANIFEST_FIELDS}
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def parse_entry(raw: bytes) -> Entry | None:
     try:
         doc = json.loads(raw)
-        entry = Entry(doc["id"], doc["file"], doc["tokens"], doc["bytes"], doc["sha256"])
+        entry = Entry(**{field: doc[field] for field in MANIFEST_FIELDS})
     except (ValueError, KeyError, TypeError):
         return None
     ok = (
         isinstance(entry.id, str) and isinstance(entry.file, str) and isinstance(entry.sha256, str)
         and isinstance(entry.tokens, int) and isinstance(entry.bytes, int)
-        and "/" not in entry.file and entry.file.endswith(SUFFIX)
+        and "/" not in entry.file and entry.file.endswith(SAMPLE_SUFFIX)
     )
     return entry if ok else None
 
@@ -184,14 +190,14 @@ def resume(paths: ShardPaths) -> Resumed:
         _rewrite(paths.manifest, list(kept.values()))
     named = {e.file for e in kept.values()}
     for child in paths.folder.iterdir():
-        if child.name.endswith(TMP_SUFFIX) or (child.name.endswith(SUFFIX) and child.name not in named):
+        if child.name.endswith(TMP_SUFFIX) or (child.name.endswith(SAMPLE_SUFFIX) and child.name not in named):
             child.unlink()
-            result.orphans += child.name.endswith(SUFFIX)
+            result.orphans += child.name.endswith(SAMPLE_SUFFIX)
     if paths.staging.is_dir():
         for child in paths.staging.iterdir():
             if child.is_file():
                 child.unlink()
-                result.staged += child.name.endswith(SUFFIX)
+                result.staged += child.name.endswith(SAMPLE_SUFFIX)
     return result
 
 
@@ -286,7 +292,7 @@ class FailedLog:
         self.count = 0
 
     def add(self, sample_id: str | None, line: int, reason: str) -> None:
-        doc = {"id": sample_id, "line": line, "reason": reason}
+        doc = dict(zip(FAILED_FIELDS, (sample_id, line, reason), strict=True))
         self._file.write(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._file.flush()
         self.count += 1

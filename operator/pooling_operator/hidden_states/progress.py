@@ -2,9 +2,9 @@
 
 The payload is compact JSON under data key ``shard-<I>`` of the job's progress ConfigMap:
 ``{"state", "done", "failed", "bytes", "total", "updated"}`` with state one of running, succeeded,
-failed, budget_exceeded, dataset_unreadable. Writes happen at most every ``interval`` seconds while
-running and once at the end. A failed write is logged and never stops the shard: progress is a view,
-the manifest is the record.
+failed, budget_exceeded, dataset_unreadable; key, fields and states are api/hidden_state_contract's.
+Writes happen at most every ``interval`` seconds while running and once at the end. A failed write is
+logged and never stops the shard: progress is a view, the manifest is the record.
 """
 
 from __future__ import annotations
@@ -17,16 +17,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pooling_operator.api.hidden_state_contract import (
+    PROGRESS_BYTES,
+    PROGRESS_DONE,
+    PROGRESS_FAILED,
+    PROGRESS_STATE,
+    PROGRESS_TOTAL,
+    PROGRESS_UPDATED,
+    RUNNING,
+    progress_key,
+)
+
 log = logging.getLogger(__name__)
 
 # (key, value) -> written. The production sink is k8s.progress.ProgressConfigMap.write.
 Sink = Callable[[str, str], Awaitable[None]]
-
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-BUDGET_EXCEEDED = "budget_exceeded"
-DATASET_UNREADABLE = "dataset_unreadable"
 
 
 @dataclass
@@ -39,8 +44,8 @@ class Counts:
 
 def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
     updated = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    doc = {"state": state, "done": counts.done, "failed": counts.failed, "bytes": counts.bytes,
-           "total": counts.total, "updated": updated}
+    doc = {PROGRESS_STATE: state, PROGRESS_DONE: counts.done, PROGRESS_FAILED: counts.failed,
+           PROGRESS_BYTES: counts.bytes, PROGRESS_TOTAL: counts.total, PROGRESS_UPDATED: updated}
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -49,7 +54,7 @@ class Reporter:
 
     def __init__(self, shard: int, sink: Sink | None, counts: Counts, *, interval: float = 5.0,
                  write_timeout: float = 15.0) -> None:
-        self.key = f"shard-{shard}"
+        self.key = progress_key(shard)
         self._sink = sink
         self._counts = counts
         self._interval = interval

@@ -6,11 +6,16 @@ import json
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
 
-FAILURE_STATES = {"budget_exceeded": C.STORAGE_BUDGET_EXCEEDED, "dataset_unreadable": C.DATASET_UNREADABLE}
+# The shard states that name the reason of a failed Job, in the order looked for: those that end the Job at once.
+FAILURE_REASONS = {hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED, hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE}
+# The states that name no reason: running and succeeded are the Job's own conditions' business, and a shard
+# that failed is retried; once its retries run out the Job's Failed condition says so (ShardFailed).
+IGNORED_STATES = frozenset({hs.RUNNING, hs.SUCCEEDED, hs.FAILED})
 
 
 def count_indexes(spec: str | None) -> int:
@@ -28,10 +33,11 @@ def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]
     """The shards' own reports (data key shard-<i>, compact JSON); unreadable entries are skipped."""
     out: dict[int, dict[str, Any]] = {}
     for key, value in ((configmap or {}).get("data") or {}).items():
-        if not key.startswith("shard-"):
+        shard = hs.progress_shard(key)
+        if shard is None:
             continue
         try:
-            out[int(key.removeprefix("shard-"))] = json.loads(value)
+            out[shard] = json.loads(value)
         except (ValueError, TypeError):
             continue
     return out
@@ -49,14 +55,14 @@ def job_status(
     progress = shard_progress(configmap)
     failed_shards = count_indexes(js.get("failedIndexes")) if "failedIndexes" in js else js.get("failed", 0)
     shards = {"total": spec.shards, "succeeded": js.get("succeeded", 0), "failed": failed_shards, "active": js.get("active", 0)}
-    samples = {"done": sum(int(p.get("done", 0)) for p in progress.values()),
-               "failed": sum(int(p.get("failed", 0)) for p in progress.values())}
-    written = sum(int(p.get("bytes", 0)) for p in progress.values())
+    samples = {"done": sum(int(p.get(hs.PROGRESS_DONE, 0)) for p in progress.values()),
+               "failed": sum(int(p.get(hs.PROGRESS_FAILED, 0)) for p in progress.values())}
+    written = sum(int(p.get(hs.PROGRESS_BYTES, 0)) for p in progress.values())
 
-    states = {p.get("state") for p in progress.values()}
-    failure_reason = next((FAILURE_STATES[s] for s in FAILURE_STATES if s in states), None)
+    states = {p.get(hs.PROGRESS_STATE) for p in progress.values()}
+    failure_reason = next((FAILURE_REASONS[s] for s in FAILURE_REASONS if s in states), None)
     if "Complete" in job_conditions:
-        succeeded = condition(C.SUCCEEDED, True, C.ALL_SHARDS_SUCCEEDED, f"{spec.shards} shards wrote _SUCCESS; {samples['done']} samples.", generation)
+        succeeded = condition(C.SUCCEEDED, True, C.ALL_SHARDS_SUCCEEDED, f"{spec.shards} shards wrote {hs.SUCCESS_MARKER}; {samples['done']} samples.", generation)
         failed = condition(C.FAILED, False, C.NO_FAILURE, "No shard failed.", generation)
         progressing = condition(C.PROGRESSING, False, C.FINISHED, "The job finished.", generation)
         ready = condition(C.READY, True, C.SUCCEEDED, "Every shard finished.", generation)
@@ -98,7 +104,7 @@ def job_status(
         "bytesWritten": written,
         "output": {
             "path": f"{out_path.claim_name}:{out_path.path}",
-            "manifests": [f"shard-{i}/manifest.jsonl" for i in sorted(progress)],
+            "manifests": [hs.manifest_path(i) for i in sorted(progress)],
         },
     }
     if js.get("startTime"):

@@ -7,6 +7,7 @@ import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_folder
 from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
@@ -67,7 +68,7 @@ def _max_logprobs(w: Workload, c: Contract) -> int | None:
 
 def storage_path(output_path: str) -> str:
     """vLLM's staging folder for one shard, inside the output volume (the index comes from the pod env)."""
-    return f"{output_path.rstrip('/')}/.staging/shard-$(JOB_COMPLETION_INDEX)"
+    return f"{output_path.rstrip('/')}/{STAGING_FOLDER}/{shard_folder('$(JOB_COMPLETION_INDEX)')}"
 
 
 OUTPUT_MOUNT = "/output"
