@@ -18,9 +18,10 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, policy_name_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.services import EMBEDDING_SPACE_MESSAGE, AutoscalingSpec
+from pooling_operator.api.services import AutoscalingSpec
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.autoscaling.scale import clear_status
 from pooling_operator.builders import BuildContext, build
@@ -268,7 +269,7 @@ def _embedding_space_problems(resource: PoolingService, old_status: dict[str, An
         return []
     if old["fingerprint"] == embedding_fingerprint(resource):
         return []
-    return [Problem("spec.embeddingSpace", EMBEDDING_SPACE_MESSAGE)]
+    return [Problem("spec.embeddingSpace", M.EMBEDDING_SPACE)]
 
 
 def _owned_by(obj: dict[str, Any], uid: str) -> bool:

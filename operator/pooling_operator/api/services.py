@@ -78,7 +78,6 @@ class PolicyRef(Spec):
     name: Name = Field(description="Name of the AutoscalingPolicy.")
 
 
-AUTOSCALING_MIN_REPLICAS_MESSAGE = M.MIN_REPLICAS_ZERO
 
 
 class AutoscalingSpec(Spec):
@@ -96,7 +95,7 @@ class AutoscalingSpec(Spec):
                 },
                 {
                     "rule": "self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
-                    "message": AUTOSCALING_MIN_REPLICAS_MESSAGE,
+                    "message": M.MIN_REPLICAS_ZERO,
                     "fieldPath": ".minReplicas",
                 },
             ]
@@ -183,7 +182,6 @@ _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
-EMBEDDING_SPACE_MESSAGE = M.EMBEDDING_SPACE
 MATRYOSHKA_RULE = {
     "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
     "(has(self.model.matryoshkaDimensions) && self.pooling.dimensions in self.model.matryoshkaDimensions)",
@@ -213,7 +211,7 @@ class PoolingServiceSpec(Spec):
                 },
                 {
                     "rule": f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})",
-                    "message": EMBEDDING_SPACE_MESSAGE,
+                    "message": M.EMBEDDING_SPACE,
                     "fieldPath": ".embeddingSpace",
                 },
             ]
