@@ -182,6 +182,32 @@ class ControlPlane:
 
         return kconfig.new_client_from_config(config_file=str(self.kubeconfig))
 
+    def create_namespace(self, base: str) -> str:
+        """A fresh namespace named after ``base`` (plus a random suffix), once its default ServiceAccount
+        exists (ServiceAccount admission refuses pods until kube-controller-manager created it)."""
+        import re
+        import uuid
+
+        base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:40].strip("-")
+        name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
+        assert self.api is not None
+        status, body = self.api.request(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {"vpo-e2e": "true"}}}
+        )
+        if status != 201:
+            raise RuntimeError(f"creating namespace {name}: {status} {body}")
+        api = self.api
+        wait_for(
+            lambda: api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
+            timeout=30,
+            what=f"ServiceAccount {name}/default",
+        )
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        assert self.api is not None
+        self.api.request("DELETE", f"/api/v1/namespaces/{name}")
+
     def log_tails(self, lines: int = 30, names: Iterable[str] | None = None) -> str:
         return log_tails(self.log_dir, lines, names)
 

@@ -1,0 +1,316 @@
+"""How the pod runner turns a Pod's container into a local process: pure, no I/O (tests: test_podspec.py).
+
+A kubelet runs a container's ``command`` + ``args`` with its ``env`` inside its own filesystem and network
+namespace. The runner has neither, so it maps, and reports every mapping:
+
+- **volumes → local folders.** emptyDir: a folder per pod; persistentVolumeClaim: the folder the runner was
+  given for that claim name (the model claim → the prepared model); anything else is refused with a message.
+  Every argv element and env value that is a mount path, or lies under one, is rewritten to the local folder
+  (``--flag=/path`` too). Nothing else in a value is touched.
+- **ports → free local ports.** Each ``containerPort`` gets a free local port; ``--port N`` (or ``--port=N``)
+  where N is a declared containerPort is rewritten to it. The probes' named or numbered ports resolve to it.
+- **env** is the container's, resolved as a kubelet does (``value`` with ``$(VAR)`` expansion,
+  ``secretKeyRef``/``configMapKeyRef`` through the callbacks, ``fieldRef``), on top of a base env the runner
+  supplies (PATH to the runtime, and the offline switches); the container's own names win.
+- **a Hugging Face model** named in argv (``vllm serve ORG/NAME``) that the runner has prepared is laid out
+  as a hub cache inside the pod's own ``HF_HUB_CACHE`` (or ``$HF_HOME/hub``) at the revision ``--revision`` pins
+  (else the prepared one), as an image with a pre-filled cache would have it; the argv is not touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+Lookup = Callable[[str, str, str], str | None]  # (kind "secret"|"configmap", name, key) -> value or None
+
+
+class PlanError(ValueError):
+    """The container cannot be run here (kubelet: CreateContainerConfigError); the message says why."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: str  # startup | readiness | liveness
+    path: str
+    port: int  # local
+    period: float
+    failure_threshold: int
+    success_threshold: int
+    timeout: float
+    initial_delay: float
+
+
+@dataclass
+class LocalContainer:
+    """What the runner starts for one container, and what it changed to get there."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ports: dict[str, tuple[int, int]]  # port name (or "port-N") -> (containerPort, local port)
+    probes: dict[str, Probe]
+    mounts: dict[str, Path]  # mountPath -> local folder
+    rewrites: list[str] = field(default_factory=list)  # "args[0]: /models/minilm -> /home/..." etc.
+    env_added: list[str] = field(default_factory=list)  # base env names the container did not set
+    hub_layout: list[tuple[Path, str, Path, str]] = field(default_factory=list)  # (hub, repo id, folder, revision)
+
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(value: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: defined names are replaced, ``$$`` is a literal ``$``, others stay."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+
+    return _VAR.sub(sub, value)
+
+
+def map_path(value: str, mounts: Mapping[str, Path]) -> str | None:
+    """The local form of a container path under one of ``mounts`` (longest mount wins), or None."""
+    for mount in sorted(mounts, key=len, reverse=True):
+        m = mount.rstrip("/") or "/"
+        if value == m:
+            return str(mounts[mount])
+        if value.startswith(m + "/"):
+            return str(mounts[mount] / value[len(m) + 1 :])
+    return None
+
+
+def _map_value(value: str, mounts: Mapping[str, Path]) -> str | None:
+    """A value that is a path, or ``--flag=path``, mapped; None when it names no mounted path."""
+    if value.startswith("/"):
+        return map_path(value, mounts)
+    if value.startswith("--") and "=/" in value:
+        flag, path = value.split("=", 1)
+        mapped = map_path(path, mounts)
+        return f"{flag}={mapped}" if mapped is not None else None
+    return None
+
+
+def _field_ref(pod: Mapping[str, Any], path: str, pod_ip: str) -> str:
+    meta = pod.get("metadata", {})
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": pod.get("spec", {}).get("nodeName", ""),
+        "spec.serviceAccountName": pod.get("spec", {}).get("serviceAccountName", ""),
+        "status.podIP": pod_ip,
+        "status.hostIP": pod_ip,
+    }
+    if path in simple:
+        return simple[path]
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+    if m:
+        return meta.get(m.group(1), {}).get(m.group(2), "")
+    raise PlanError(f"fieldRef {path!r} is not supported by the pod runner")
+
+
+def container_env(container: Mapping[str, Any], pod: Mapping[str, Any], lookup: Lookup, pod_ip: str) -> dict[str, str]:
+    """The container's environment as a kubelet resolves it (envFrom first, then env in order)."""
+    env: dict[str, str] = {}
+    for src in container.get("envFrom") or []:
+        raise PlanError(f"envFrom ({sorted(src)}) is not supported by the pod runner")
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item or "valueFrom" not in item:
+            env[name] = expand(str(item.get("value", "")), env)
+            continue
+        ref = item["valueFrom"]
+        if "secretKeyRef" in ref or "configMapKeyRef" in ref:
+            kind, r = ("secret", ref["secretKeyRef"]) if "secretKeyRef" in ref else ("configmap", ref["configMapKeyRef"])
+            value = lookup(kind, r["name"], r["key"])
+            if value is None:
+                if r.get("optional"):
+                    continue
+                raise PlanError(f'{kind} "{r["name"]}" key "{r["key"]}" not found (env {name})')
+            env[name] = value
+        elif "fieldRef" in ref:
+            env[name] = _field_ref(pod, ref["fieldRef"]["fieldPath"], pod_ip)
+        else:
+            raise PlanError(f"env {name}: valueFrom {sorted(ref)} is not supported by the pod runner")
+    return env
+
+
+def volume_folders(
+    pod: Mapping[str, Any], pod_dir: Path, claims: Mapping[str, Path]
+) -> dict[str, Path]:
+    """Each volume's local folder (emptyDir under the pod's folder; a claim's from ``claims``)."""
+    out: dict[str, Path] = {}
+    for v in pod.get("spec", {}).get("volumes") or []:
+        name = v["name"]
+        if "emptyDir" in v:
+            out[name] = pod_dir / "volumes" / name
+        elif "persistentVolumeClaim" in v:
+            claim = v["persistentVolumeClaim"]["claimName"]
+            if claim not in claims:
+                raise PlanError(
+                    f'volume "{name}": claim "{claim}" has no local folder '
+                    f"(the runner maps: {', '.join(sorted(claims)) or 'none'})"
+                )
+            out[name] = claims[claim]
+        else:
+            kinds = sorted(k for k in v if k != "name")
+            raise PlanError(f'volume "{name}": {kinds} volumes are not supported by the pod runner')
+    return out
+
+
+def _ports(container: Mapping[str, Any], free_port: Callable[[], int]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for p in container.get("ports") or []:
+        out[p.get("name") or f"port-{p['containerPort']}"] = (int(p["containerPort"]), free_port())
+    return out
+
+
+def _probe(kind: str, spec: Mapping[str, Any] | None, ports: Mapping[str, tuple[int, int]]) -> Probe | None:
+    if not spec:
+        return None
+    if "httpGet" not in spec:
+        raise PlanError(f"{kind}Probe: only httpGet probes are supported by the pod runner, not {sorted(spec)}")
+    get = spec["httpGet"]
+    port = get["port"]
+    if isinstance(port, str) and not port.isdigit():
+        if port not in ports:
+            raise PlanError(f"{kind}Probe: port {port!r} is not a declared container port")
+        local = ports[port][1]
+    else:
+        local = next((loc for cp, loc in ports.values() if cp == int(port)), int(port))
+    return Probe(
+        kind=kind,
+        path=get.get("path", "/"),
+        port=local,
+        period=float(spec.get("periodSeconds", 10)),
+        failure_threshold=int(spec.get("failureThreshold", 3)),
+        success_threshold=int(spec.get("successThreshold", 1)),
+        timeout=float(spec.get("timeoutSeconds", 1)),
+        initial_delay=float(spec.get("initialDelaySeconds", 0)),
+    )
+
+
+def _positional_model(argv: list[str]) -> str | None:
+    """The model ``vllm serve MODEL ...`` names (the first argument after ``serve``), or ``--model``'s value."""
+    for i, a in enumerate(argv):
+        if a == "--model" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--model="):
+            return a.split("=", 1)[1]
+    if "serve" in argv:
+        i = argv.index("serve") + 1
+        if i < len(argv) and not argv[i].startswith("-"):
+            return argv[i]
+    return None
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def plan(
+    pod: Mapping[str, Any],
+    container_name: str,
+    *,
+    pod_dir: Path,
+    claims: Mapping[str, Path],
+    hub_models: Mapping[str, tuple[Path, str]],
+    base_env: Mapping[str, str],
+    lookup: Lookup,
+    free_port: Callable[[], int],
+    pod_ip: str,
+) -> LocalContainer:
+    """The local process for one container of ``pod`` (raises PlanError with the reason when it cannot run)."""
+    spec = pod.get("spec", {})
+    container = next((c for c in spec.get("containers") or [] if c["name"] == container_name), None)
+    if container is None:
+        raise PlanError(f"no container {container_name!r}")
+    volumes = volume_folders(pod, pod_dir, claims)
+    mounts: dict[str, Path] = {}
+    for m in container.get("volumeMounts") or []:
+        if m["name"] not in volumes:
+            raise PlanError(f'volumeMount "{m["mountPath"]}": no volume "{m["name"]}"')
+        mounts[m["mountPath"]] = volumes[m["name"]] / m.get("subPath", "")
+    env = container_env(container, pod, lookup, pod_ip)
+    rewrites: list[str] = []
+
+    argv_in = [expand(a, env) for a in (container.get("command") or [])] + [
+        expand(a, env) for a in (container.get("args") or [])
+    ]
+    if not argv_in:
+        raise PlanError("the container has no command: the pod runner cannot use an image's entrypoint")
+    ncmd = len(container.get("command") or [])
+    ports = _ports(container, free_port)
+    declared = {str(cp): loc for cp, loc in ports.values()}
+    argv: list[str] = []
+    for i, a in enumerate(argv_in):
+        where = f"command[{i}]" if i < ncmd else f"args[{i - ncmd}]"
+        new = a
+        mapped = _map_value(a, mounts)
+        if mapped is not None:
+            new = mapped
+        elif i > 0 and argv_in[i - 1] == "--port" and a in declared:
+            new = str(declared[a])
+        elif a.startswith("--port=") and a.split("=", 1)[1] in declared:
+            new = f"--port={declared[a.split('=', 1)[1]]}"
+        if new != a:
+            rewrites.append(f"{where}: {a} -> {new}")
+        argv.append(new)
+
+    for name, value in list(env.items()):
+        mapped = _map_value(value, mounts)
+        if mapped is not None:
+            rewrites.append(f"env {name}: {value} -> {mapped}")
+            env[name] = mapped
+    added = [k for k in base_env if k not in env]
+    full_env = {**base_env, **env}
+
+    layout: list[tuple[Path, str, Path, str]] = []
+    model = _positional_model(argv)
+    if model in hub_models:
+        folder, prepared_rev = hub_models[model]
+        revision = _flag_value(argv, "--revision") or prepared_rev
+        hub = full_env.get("HF_HUB_CACHE") or (
+            str(PurePosixPath(full_env["HF_HOME"]) / "hub") if "HF_HOME" in full_env else None
+        )
+        if hub is None:
+            raise PlanError(f"model {model} is a Hugging Face name but neither HF_HUB_CACHE nor HF_HOME is set")
+        layout.append((Path(hub), model, folder, revision))
+
+    probes = {}
+    for kind in ("startup", "readiness", "liveness"):
+        p = _probe(kind, container.get(f"{kind}Probe"), ports)
+        if p is not None:
+            probes[kind] = p
+    return LocalContainer(
+        name=container_name,
+        argv=argv,
+        env=full_env,
+        ports=ports,
+        probes=probes,
+        mounts=mounts,
+        rewrites=rewrites,
+        env_added=added,
+        hub_layout=layout,
+    )
+
+
+def hub_entries(hub: Path, repo_id: str, folder: Path, revision: str) -> Iterable[tuple[Path, Path | str]]:
+    """The files that make ``folder`` appear as ``repo_id`` at ``revision`` in a hub cache:
+    (path, target) where a Path target is a symlink and a str is file content."""
+    repo = hub / f"models--{repo_id.replace('/', '--')}"
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            yield repo / "snapshots" / revision / f.relative_to(folder), f
+    yield repo / "refs" / "main", revision

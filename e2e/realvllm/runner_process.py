@@ -1,0 +1,186 @@
+"""Start and read the pod runner (``python -m e2e.realvllm.kubelet``) from tests and the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e.controlplane import REPO_ROOT, ControlPlane, wait_for
+from e2e.harness.processes import _child_setup
+from e2e.realvllm.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.realvllm.runtime import MODELS, Runtime
+
+MODEL_CLAIM = "models"  # the claim name test specs use for the model volume; its folder holds models/<key>/
+
+# What a spec adds to run on the runner's node (and only there).
+PLACEMENT = {
+    "nodeSelector": {NODE_LABEL: NODE_LABEL_VALUE},
+    "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def placed(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the runner's nodeSelector and toleration merged into spec.template (a copy)."""
+    doc = copy.deepcopy(doc)
+    tmpl = doc["spec"].setdefault("template", {})
+    tmpl.setdefault("nodeSelector", {}).update(PLACEMENT["nodeSelector"])
+    tolerations = tmpl.setdefault("tolerations", [])
+    tolerations += [t for t in PLACEMENT["tolerations"] if t not in tolerations]
+    return doc
+
+
+# What an example must change to run here, and nothing else: the 0.32 image (the only vLLM installable
+# here; the examples target 0.33) and no GPU, one CPU.
+MACHINE_OVERRIDES = {"engine.image": "vllm/vllm-openai:v0.32.0", "resources": {"gpu": {"count": 0}, "cpu": "1", "memory": "4Gi"}}
+
+
+def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """An example changed only where this machine forces it (MACHINE_OVERRIDES), placed on the runner."""
+    doc = placed(doc)
+    if namespace:
+        doc["metadata"]["namespace"] = namespace
+    spec = doc["spec"]
+    spec["engine"]["image"] = MACHINE_OVERRIDES["engine.image"]
+    spec["engine"].pop("version", None)
+    spec["resources"] = copy.deepcopy(MACHINE_OVERRIDES["resources"])
+    return doc
+
+
+def base_env(rt: Runtime) -> dict[str, str]:
+    """Env every pod process gets beneath its own (the state file lists which names were added): the runtime
+    on PATH, offline Hugging Face, and a 1 GiB CPU KV cache so two servers fit on this machine."""
+    return {
+        "PATH": f"{rt.bin}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": str(rt.venv),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+
+
+class PodRunner:
+    def __init__(
+        self, cluster: ControlPlane, rt: Runtime, *, node: str = DEFAULT_NODE, name: str = "pod-runner", detached: bool = False
+    ):
+        """``detached``: the runner outlives this process (the demo); otherwise it dies with it."""
+        self.detached = detached
+        self.cluster = cluster
+        self.rt = rt
+        self.node = node
+        self.state_dir = Path(cluster.run_dir) / name
+        self.log = Path(cluster.run_dir) / "logs" / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.argv = [
+            sys.executable, "-m", "e2e.realvllm.kubelet",
+            "--kubeconfig", str(cluster.kubeconfig),
+            "--node-name", node,
+            "--state-dir", str(self.state_dir),
+            "--claim", f"{MODEL_CLAIM}={rt.root / 'models'}",
+            *[f"--hub-model={m.repo_id}={rt.model_dir(m)}@{m.revision}" for m in MODELS],
+            *[f"--env={k}={v}" for k, v in base_env(rt).items()],
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 60) -> PodRunner:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=None if self.detached else _child_setup,
+            )  # fmt: skip
+        (self.state_dir).mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "runner.pid").write_text(str(self.proc.pid))
+        wait_for(self.node_ready, timeout=timeout, what=f"node {self.node} Ready")
+        return self
+
+    def node_ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"pod runner exited ({self.proc.returncode}):\n{self.tail()}")
+        status, node = self.cluster.api.request("GET", f"/api/v1/nodes/{self.node}")
+        if status != 200:
+            return False
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+        untainted = not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
+        return ready and untainted
+
+    def stop(self, timeout: float = 60) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.cluster.api.request("DELETE", f"/api/v1/nodes/{self.node}")
+
+    @staticmethod
+    def stop_detached(state_dir: Path, timeout: float = 60) -> bool:
+        """Stop a runner started detached (its pid file in ``state_dir``); True when one was running."""
+        pidfile = state_dir / "runner.pid"
+        if not pidfile.exists():
+            return False
+        pid = int(pidfile.read_text())
+        pidfile.unlink()
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        try:
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout, what=f"pod runner {pid} exit")
+        except Exception:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        return True
+
+    def model_claim(self, namespace: str) -> None:
+        """The ``models`` claim in ``namespace``, bound to a hostPath PersistentVolume on the runtime's model
+        folder (the runner maps the claim to that folder; the scheduler needs the claim bound to place a pod)."""
+        pv = f"{MODEL_CLAIM}-{namespace}"[:253]
+        folder = str(self.rt.root / "models")
+        self.cluster.api.request("POST", "/api/v1/persistentvolumes", {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": folder, "type": "Directory"},
+                     "claimRef": {"namespace": namespace, "name": MODEL_CLAIM}},
+        })  # fmt: skip
+        self.cluster.api.request("POST", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": MODEL_CLAIM},
+            "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "10Gi"}}},
+        })  # fmt: skip
+
+        def bound() -> bool:
+            status, body = self.cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{MODEL_CLAIM}")
+            return status == 200 and body.get("status", {}).get("phase") == "Bound"
+
+        wait_for(bound, timeout=60, what=f"claim {namespace}/{MODEL_CLAIM} Bound")
+
+    def release_claim(self, namespace: str) -> None:
+        self.cluster.api.request("DELETE", f"/api/v1/persistentvolumes/{MODEL_CLAIM}-{namespace}"[:300])
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+    # ---- what runs where
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        """The plans of the pods of ``namespace`` this runner started (state files)."""
+        out = []
+        for f in sorted((self.state_dir / "pods").glob(f"{namespace}_*.json")):
+            out.append(json.loads(f.read_text()))
+        return out
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return json.loads((self.state_dir / "pods" / f"{namespace}_{name}.json").read_text())
+
+    def url(self, namespace: str, pod: str, port: str = "http") -> str:
+        return f"http://127.0.0.1:{self.pod(namespace, pod)['ports'][port]['local']}"
+
+    def container_log(self, namespace: str, pod: str, lines: int = 80) -> str:
+        p = Path(self.pod(namespace, pod)["log"])
+        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else ""
