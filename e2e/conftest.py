@@ -18,39 +18,35 @@ the run folder is kept and its path printed.
 from __future__ import annotations
 
 import os
-import re
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e import build
-from e2e.controlplane import ClusterConfig, ControlPlane, wait_for
+from e2e.controlplane import ClusterConfig, ControlPlane
 from e2e.crds import install_crds
+from e2e.realvllm import runtime
 
 _CLUSTER: ControlPlane | None = None
 _REPORTED: set[int] = set()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: runs against the real control plane of e2e/")
 
 
 def _needs_cluster(item: pytest.Item) -> bool:
     return "cluster" in getattr(item, "fixturenames", ())
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: build and install only for what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark e2e tests and build missing binaries now: a cold build (~20 min) would blow a test's timeout."""
+    """Mark e2e tests, run the real_vllm tier last, and build or install what is missing now: a cold build
+    (~10-20 min) or vLLM install (~5-12 min) would blow a test's timeout."""
     selected = [i for i in items if _needs_cluster(i)]
     for item in selected:
         item.add_marker(pytest.mark.e2e)
-    if not selected or os.environ.get("VPO_E2E_RUN_DIR") or os.environ.get("VPO_E2E_BUILD") == "0":
-        return
-    if not build.missing():
-        return
+    real = [i for i in items if i.get_closest_marker("real_vllm")]
+    if real:  # they load both cores for minutes; the other tiers' timings should not feel it
+        items[:] = [i for i in items if not i.get_closest_marker("real_vllm")] + real
     capman = config.pluginmanager.getplugin("capturemanager")
     reporter = config.pluginmanager.getplugin("terminalreporter")
 
@@ -58,12 +54,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reporter:
             reporter.write_line(msg)
 
+    def uncaptured(fn: Callable[[], object]) -> None:
+        if capman:
+            with capman.global_and_fixture_disabled():
+                fn()
+        else:
+            fn()
+
+    if os.environ.get("VPO_E2E_BUILD") == "0":
+        return
+    if real and not runtime.Runtime(runtime.default_root()).installed():
+        say(f"real_vllm: installing the vLLM runtime into {runtime.default_root()} (cold: 5-12 min)")
+        try:
+            uncaptured(lambda: runtime.find(install_missing=True, log=say))
+        except Exception as e:  # the tier's fixture skips with this reason (fails under CI)
+            runtime.INSTALL_ERROR = f"{type(e).__name__}: {e}"
+            say(f"real_vllm: the vLLM runtime could not be installed: {runtime.INSTALL_ERROR}")
+    if not selected or os.environ.get("VPO_E2E_RUN_DIR") or not build.missing():
+        return
     say(f"e2e: building control-plane binaries into {build.bin_dir()} (cold: ~20 min)")
-    if capman:
-        with capman.global_and_fixture_disabled():
-            build.find(build=True, log=say)
-    else:
-        build.find(build=True, log=say)
+    uncaptured(lambda: build.find(build=True, log=say))
 
 
 @pytest.fixture(scope="session")
@@ -110,22 +120,9 @@ def crds(cluster: ControlPlane, third_party_crds: list[str]) -> list[str]:
 
 @pytest.fixture
 def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
-    api = cluster.api
-    assert api is not None
-    status, body = api.request(
-        "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {"vpo-e2e": "true"}}}
-    )
-    assert status == 201, body
-    # ServiceAccount admission rejects pods until kube-controller-manager created "default"
-    wait_for(
-        lambda: api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
-        timeout=30,
-        what=f"ServiceAccount {name}/default",
-    )
+    name = cluster.create_namespace(request.node.name)
     yield name
-    api.request("DELETE", f"/api/v1/namespaces/{name}")
+    cluster.delete_namespace(name)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,97 @@
+"""Every example in examples/: started on real vLLM where its model is available here, and otherwise its
+rendered command line accepted by vLLM's own ``vllm`` argument parser and serve validation (no model needed).
+
+The runtime is vLLM 0.32 (the only one installable here); the examples target 0.33. A started example is
+changed only where this machine forces it (``runner_process.MACHINE_OVERRIDES``: the 0.32 image, no GPU and
+one CPU) and placed on the runner's node.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from e2e.controlplane import REPO_ROOT
+from e2e.realvllm import runtime
+from e2e.realvllm.runner_process import on_this_machine
+from e2e.tests.operator.real_vllm.conftest import Served
+from e2e.tests.operator.real_vllm.routes import probe
+
+pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+
+EXAMPLES = REPO_ROOT / "examples"
+PARSE = REPO_ROOT / "e2e" / "realvllm" / "vllm_parse.py"
+AVAILABLE = {mdl.repo_id for mdl in runtime.MODELS}
+SERVICE_KINDS = ("PoolingService", "ScoringService")
+
+
+def example_docs() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for f in sorted(EXAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") in SERVICE_KINDS:
+                out.append((f.name, doc))
+    return out
+
+
+def startable() -> list[tuple[str, dict[str, Any]]]:
+    return [(f, d) for f, d in example_docs() if d["spec"]["model"]["name"] in AVAILABLE]
+
+
+def vllm_parse(rt: runtime.Runtime, argvs: list[list[str]]) -> list[dict[str, Any]]:
+    res = subprocess.run(
+        [str(rt.python), str(PARSE)], input=json.dumps({"argvs": argvs}), capture_output=True, text=True,
+        env={**rt.env(), "HOME": str(Path.home())}, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)["results"]
+
+
+def test_vllm_own_parser_accepts_every_rendered_example(vllm_runtime: runtime.Runtime) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pooling_operator", "render", "--vllm-args", str(EXAMPLES)],
+        check=True, capture_output=True, text=True, cwd=REPO_ROOT,
+    ).stdout.splitlines()  # fmt: skip
+    names, argvs = out[0::2], [shlex.split(line) for line in out[1::2]]
+    assert len(argvs) >= 8, out  # every service and job in examples/
+    # controls: the harness must be able to say no
+    bad = [
+        ["vllm", "serve", "m", "--no-such-flag"],
+        ["vllm", "serve", "m", "--runner", "pooling", "--pooler-config", '{"seq_pooling_type": "NOPE"}'],
+    ]
+    results = vllm_parse(vllm_runtime, argvs + bad)
+    for name, argv, r in zip(names, argvs, results, strict=False):
+        assert r["ok"], f"{name} {shlex.join(argv)}\n{r['error']}"
+        assert r["args"]["model_tag"] == argv[2]
+    assert [r["ok"] for r in results[len(argvs) :]] == [False, False], results[len(argvs) :]
+
+
+def test_at_least_minilm_is_startable() -> None:
+    assert any(d["spec"]["model"]["name"] == runtime.MINILM.repo_id for _, d in startable())
+
+
+@pytest.mark.parametrize(("file", "doc"), startable(), ids=[f"{f}:{d['metadata']['name']}" for f, d in startable()])
+def test_example_starts_and_answers(
+    file: str, doc: dict[str, Any], namespace: str, serve: Callable[[dict[str, Any]], Served]
+) -> None:
+    s = serve(on_this_machine(doc, namespace))
+    assert [r for r in s.plan["rewrites"] if r.startswith(("args", "command"))] == [
+        f"args[6]: 8000 -> {s.plan['ports']['http']['local']}"
+    ], s.plan["rewrites"]
+    served_name = doc["spec"]["model"].get("servedName") or doc["metadata"]["name"]
+    if doc["kind"] == "PoolingService" and doc["spec"].get("task", "embed") == "embed":
+        r = httpx.post(f"{s.url}/v1/embeddings", json={"model": served_name, "input": "hello"}, timeout=120)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"][0]["embedding"]) > 0
+    for route in s.status["routes"]:
+        resp = probe(s.url, route, served_name)
+        assert resp.status_code == 200, (route, resp.status_code, resp.text[:300])
