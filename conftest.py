@@ -11,7 +11,7 @@ import pytest
 TIERS = (
     ("e2e/tests/operator/real_vllm/", "real_vllm (real vLLM through the pod runner)"),
     ("e2e/tests/operator/", "operator (operator process + control plane)"),
-    ("e2e/tests/", "control plane"),
+    ("e2e/tests/", "control plane and integration"),
     ("tests/", "unit"),
 )
 _SECONDS: dict[str, float] = defaultdict(float)
