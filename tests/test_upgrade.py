@@ -1,0 +1,62 @@
+"""Upgrading the operator must not roll GPU pods whose pod template did not change.
+
+`tests/golden/pod-templates.json` records, per release, the sha256 of every pod template the operator
+renders for examples/ (the Deployment's or Job's ``spec.template``; the operator re-applies it on upgrade and
+any difference starts a rollout). For this release the record must equal what the code renders now. A
+change of any template needs a new release (``pooling_operator.__version__``) with its own record
+(``UPDATE_TEMPLATES=1``) and a README upgrade note ``- v<version>: ...`` that says which pods roll and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import yaml
+from packaging.version import Version
+
+import pooling_operator
+from pooling_operator.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = Path(__file__).parent / "golden" / "pod-templates.json"
+
+
+def template_hashes(capsys) -> dict[str, str]:  # noqa: ANN001 - pytest's CaptureFixture
+    assert main(["render", str(ROOT / "examples")]) == 0
+    out: dict[str, str] = {}
+    for obj in yaml.safe_load_all(capsys.readouterr().out):
+        if obj and obj["kind"] in ("Deployment", "Job"):
+            key = f"{obj['kind']}/{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            canon = json.dumps(obj["spec"]["template"], sort_keys=True, separators=(",", ":"))
+            out[key] = "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+    return out
+
+
+def test_this_release_renders_the_recorded_pod_templates(capsys) -> None:  # noqa: ANN001
+    now = template_hashes(capsys)
+    record = json.loads(RECORD.read_text())
+    version = pooling_operator.__version__
+    if os.environ.get("UPDATE_TEMPLATES"):
+        record[version] = now
+        RECORD.write_text(json.dumps(dict(sorted(record.items(), key=lambda kv: Version(kv[0]))), indent=2) + "\n")
+    assert version in record, f"no pod-template record for release {version}: UPDATE_TEMPLATES=1 after review"
+    changed = sorted(k for k in now if record[version].get(k) != now[k])
+    assert not changed, (
+        f"release {version} was recorded with other pod templates for {changed}: upgrading would roll their "
+        "pods. Bump pooling_operator.__version__, record it (UPDATE_TEMPLATES=1) and add an upgrade note."
+    )
+
+
+def test_a_release_that_rolls_pods_says_so_in_the_upgrade_notes() -> None:
+    record = json.loads(RECORD.read_text())
+    releases = sorted(record, key=Version)
+    notes = ROOT.joinpath("README.md").read_text().split("### Upgrade notes", 1)[1].split("\n## ", 1)[0]
+    for before, after in zip(releases, releases[1:], strict=False):
+        rolled = sorted(k for k in record[after] if k in record[before] and record[before][k] != record[after][k])
+        if rolled:
+            note = re.search(rf"^- v{re.escape(after)}:(.*(?:\n  .*)*)", notes, re.M)
+            assert note and "roll" in note.group(1), f"v{after} rolls {rolled}: the README's upgrade notes must say so"
