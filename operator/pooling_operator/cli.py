@@ -20,7 +20,7 @@ from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_p
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
-from pooling_operator.vllm.validate import Result, validate
+from pooling_operator.vllm.validate import Result, problem_line, validate
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
 
@@ -42,8 +42,7 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
 
 def _report(file: str, result: Result, out: Any) -> None:
     for p in result.problems:
-        prefix = "warning: " if p.severity == "warning" else ""
-        print(f"{file}: {result.kind}/{result.name}: {p.path}: {prefix}{p.message}", file=out)
+        print(f"{file}: {problem_line(result, p)}", file=out)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -121,7 +120,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    import pooling_operator.handlers  # noqa: F401  (registers the handlers)
+    import pooling_operator.handlers
+
+    if args.webhook_port:
+        import pooling_operator.handlers.admission  # noqa: F401  (registers the validating webhook)
     from pooling_operator.k8s.api import Kube
     from pooling_operator.reconcile import Context
     from pooling_operator.runtime import Leadership, Runtime
@@ -133,7 +135,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     kube = Kube()
     ctx = Context(kube=kube, settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []), identity=identity)
     leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
-    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership))
+    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership), webhook=None)
+    if args.webhook_port:
+        cert_dir = Path(args.webhook_cert_dir)
+        memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port,
+                        "certfile": str(cert_dir / "tls.crt"), "pkeyfile": str(cert_dir / "tls.key")}  # fmt: skip
     liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
     asyncio.run(
         kopf.operator(
@@ -184,6 +190,15 @@ def parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--standalone", action="store_true", help="no Lease: act at once (a single replica or local runs)")
     o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver")
+    o.add_argument(
+        "--webhook-port", type=int, default=0,
+        help="serve the validating admission webhook over HTTPS on this port (0: off; the Helm chart uses 9443)",
+    )
+    o.add_argument("--webhook-bind", default="0.0.0.0", help="address of the webhook server")
+    o.add_argument(
+        "--webhook-cert-dir", default="/etc/vllm-pooling-operator/webhook",
+        help="folder with the webhook's serving certificate tls.crt and key tls.key (re-read when they change)",
+    )
     o.add_argument("-v", "--verbose", action="store_true")
     settings_flags(o)
     o.set_defaults(func=cmd_run)

@@ -52,6 +52,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    if memo.get("webhook"):  # served only; the cluster registers it (the Helm chart)
+        settings.admission.server = kopf.WebhookServer(**memo.webhook)
+        settings.admission.managed = None
     runtime: Runtime = memo.runtime
     await runtime.start()
 

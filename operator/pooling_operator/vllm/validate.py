@@ -78,3 +78,33 @@ def validate(
     if result.resource is not None:
         result.problems = check(result.resource, settings or Settings(), policies, namespace_labels)
     return result
+
+
+def problem_line(result: Result, problem: Problem) -> str:
+    """One problem as `pooling-operator validate` prints it (after the file name) and admission answers it."""
+    prefix = "warning: " if problem.severity == "warning" else ""
+    return f"{result.kind}/{result.name}: {problem.path}: {prefix}{problem.message}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An admission answer: refused with `message` (every error line), or allowed with `warnings`."""
+
+    allowed: bool
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def admission_verdict(obj: Any, settings: Settings | None = None, old: Any = None) -> Verdict:
+    """What the validating webhook answers for a create or update: the same lines as `validate`.
+
+    An update that leaves the spec as it was is allowed whatever it holds, so that metadata and status
+    writes (by users, controllers or this operator) never fail on an object admitted while the webhook
+    was off; the status conditions report its problems then."""
+    if old is not None and isinstance(obj, Mapping) and isinstance(old, Mapping) and obj.get("spec") == old.get("spec"):
+        return Verdict(True)
+    result = validate(obj, settings)
+    warnings = tuple(problem_line(result, p) for p in result.warnings)
+    if result.errors:
+        return Verdict(False, "\n".join(problem_line(result, p) for p in result.errors), warnings)
+    return Verdict(True, "", warnings)
