@@ -59,14 +59,19 @@ lint: venv ## ruff and the import-linter layer contract
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds
-crds: venv ## Regenerate crds/ from the pydantic models
+crds: venv ## Regenerate crds/ from the pydantic models, and the chart's copy of them
 	$(CLI) crds --output-dir crds
+	cp crds/*.yaml charts/vllm-pooling-operator/files/crds/
 
 .PHONY: crds-check
 crds-check: venv ## Fail when crds/ differs from what the models generate
 	@tmp=$$(mktemp -d) && $(CLI) crds --output-dir $$tmp && \
 	  if diff -ru crds $$tmp >/dev/null; then rm -rf $$tmp; echo "crds/ is up to date"; \
 	  else diff -ru crds $$tmp | head -40; rm -rf $$tmp; echo "crds/ is stale: run 'make crds'"; exit 1; fi
+
+.PHONY: deploy
+deploy: venv ## Re-render deploy/rbac.yaml from the Helm chart (the one source of the operator's RBAC)
+	UPDATE_DEPLOY=1 $(PY) -m pytest -q e2e/tests/test_chart.py -k deploy_rbac
 
 .PHONY: clean
 clean: ## Remove the venv and caches (not the control-plane binary cache)

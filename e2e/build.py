@@ -66,6 +66,10 @@ GROUPS = (
 )
 BINARIES = tuple(b for g in GROUPS for b in g.binaries)
 
+# Tools the tests use beside the control plane, each cached in its own folder keyed by its own pins (so that
+# adding or moving one never rebuilds the control plane): bin/<name>-<version>_<os>-<arch>_<hash>/.
+TOOLS = (Group("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}),)
+
 # The kwok Stage objects the harness runs with. They are data in the kwok module; the build copies them
 # from the pinned module into the cache folder (kwok-stages.yaml) so the harness needs no Go at run time.
 KWOK_STAGE_FILES = (
@@ -218,6 +222,8 @@ def _ldflags(group: Group, version: str) -> str:
             ]
     elif group.name == "etcd":
         flags.append(f"-X go.etcd.io/etcd/api/v3/version.GitSHA={version}")
+    elif group.name == "helm":
+        flags.append(f"-X helm.sh/helm/v3/internal/version.version={version}")
     return " ".join(flags)
 
 
@@ -350,6 +356,46 @@ def build_missing(
     return d
 
 
+def _module_version(g: Group) -> str:
+    text = (g.dir / "go.mod").read_text()
+    m = re.search(rf"^\s*(?:require\s+)?{re.escape(g.module)}\s+(v\S+)", text, re.M)
+    if not m:
+        raise RuntimeError(f"{g.dir / 'go.mod'} does not require {g.module}")
+    return m.group(1)
+
+
+def tool_dir(g: Group) -> Path:
+    digest = hashlib.sha256((g.dir / "go.mod").read_bytes() + (g.dir / "go.sum").read_bytes()).hexdigest()[:8]
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    return cache_home() / "bin" / f"{g.name}-{_module_version(g)}_{sys.platform}-{arch}_{digest}"
+
+
+def tool(name: str, *, build: bool = True, log: Callable[[str], None] | None = None) -> Path:
+    """The path of a tool's binary (TOOLS), built into its cache folder first when missing and allowed."""
+    log = log or _stderr
+    g = next(t for t in TOOLS if t.name == name)
+    d = tool_dir(g)
+    exe = d / next(iter(g.binaries))
+    if _executable(exe):
+        return exe
+    if not build:
+        raise MissingBinaries(f"{name} is not built in {d}; run `make cluster-build`")
+    with _lock(d.parent / f"{d.name}.lock"):
+        if _executable(exe):
+            return exe
+        d.mkdir(parents=True, exist_ok=True)
+        staging = d / f".staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            seconds = _build_group(g, _module_version(g), staging, d / "build.log", log)
+            os.replace(staging / exe.name, exe)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        (d / "manifest.json").write_text(json.dumps({"version": _module_version(g), "build_seconds": round(seconds, 1)}) + "\n")
+    return exe
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report; exit 1 when something is missing")
@@ -376,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in BINARIES:
         p = bins[name]
         _stderr(f"  {name:26} {p.stat().st_size / 1e6:7.1f} MB  {p}")
+    for t in TOOLS:
+        started = time.monotonic()
+        p = tool(t.name)
+        _stderr(f"  {t.name:26} {p.stat().st_size / 1e6:7.1f} MB  {p} ({_fmt_time(time.monotonic() - started)})")
     print(d)
     return 0
 

@@ -1,0 +1,99 @@
+{{- define "vpo.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "vpo.serviceAccountName" -}}
+{{- default (include "vpo.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "vpo.labels" -}}
+app.kubernetes.io/name: vllm-pooling-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "vpo.selector" -}}
+app.kubernetes.io/name: vllm-pooling-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "vpo.image" -}}
+{{ .Values.image.repository }}:{{ default (printf "v%s" .Chart.AppVersion) .Values.image.tag }}
+{{- end -}}
+
+{{/*
+The operator's permissions: the one source of its RBAC (deploy/rbac.yaml is rendered from this chart).
+"namespaced" rules apply where services live (a ClusterRole in cluster-wide mode, a Role per watched
+namespace otherwise); "cluster" rules are always cluster-wide; the Lease and the Prometheus credentials
+are read in the release's namespace only (templates/rbac.yaml).
+*/}}
+{{- define "vpo.namespacedRules" -}}
+# Our namespaced resources: read them, write only their status.
+- apiGroups: [vllm-pooling.io]
+  resources: [poolingservices, scoringservices, hiddenstatejobs]
+  verbs: [get, list, watch]
+- apiGroups: [vllm-pooling.io]
+  resources: [poolingservices/status, scoringservices/status, hiddenstatejobs/status]
+  verbs: [get, patch, update]
+# The children it creates, changes and deletes.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [apps]
+  resources: [deployments/scale]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [services, serviceaccounts, configmaps]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, update, delete]
+# A HiddenStateJob's Role lets its pods patch their progress ConfigMap; granting that needs these.
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors, podmonitors]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, list, watch, create, patch, update, delete]
+# Observed, never written: pods for crash loops; events are posted.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch, list]  # list: a Job's FailedCreate is reported only as an event
+{{- end -}}
+
+{{- define "vpo.clusterRules" -}}
+# AutoscalingPolicy is cluster-scoped.
+- apiGroups: [vllm-pooling.io]
+  resources: [autoscalingpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [vllm-pooling.io]
+  resources: [autoscalingpolicies/status]
+  verbs: [get, patch, update]
+# kopf: discovering resources and namespaces.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list, watch]
+{{- end -}}
+
+{{- define "vpo.ownNamespaceRules" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end -}}

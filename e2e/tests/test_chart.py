@@ -1,0 +1,128 @@
+"""The Helm chart (charts/vllm-pooling-operator) with a real helm built from the Go module proxy (e2e/build.py
+TOOLS): lint, templates per mode, the values schema, and the facts that must have one source."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e import build
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "vllm-pooling-operator"
+RELEASE, NAMESPACE = "vllm-pooling-operator", "vllm-pooling-operator"
+KUBE = "1.35.4"  # the control plane e2e/cluster/k8s builds
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return build.tool("helm")
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+
+
+def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
+    res = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE, *[a for s in sets for a in ("--set", s)])
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def rbac_manifest(docs: list[dict[str, Any]]) -> str:
+    """deploy/rbac.yaml: the chart's RBAC for the default release, plus the namespace it lives in."""
+    head = (
+        "# Least-privilege RBAC for the operator, rendered from charts/vllm-pooling-operator (the one source):\n"
+        "#   helm template vllm-pooling-operator charts/vllm-pooling-operator -n vllm-pooling-operator (RBAC kinds)\n"
+        "# `make deploy` rewrites it; e2e/tests/test_chart.py fails when it drifts. The operator-tier tests run the\n"
+        "# operator with exactly this ServiceAccount's token, so a missing permission fails a test.\n"
+    )
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    picked = [ns] + [d for d in docs if d["kind"] in RBAC_KINDS]
+    return head + yaml.safe_dump_all(picked, sort_keys=False)
+
+
+def test_lint_strict_in_every_mode(helm: Path) -> None:
+    for sets in ([], ["watchNamespaces={search,research}"], ["webhook.enabled=false,crds.install=false"],
+                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2"]):  # fmt: skip
+        res = run_helm(helm, "lint", "--strict", str(CHART), *[a for s in sets for a in ("--set", s)])
+        assert res.returncode == 0, (sets, res.stdout, res.stderr)
+
+
+def test_crds_in_the_chart_are_the_repository_crds(helm: Path) -> None:
+    files = sorted((CHART / "files" / "crds").glob("*.yaml"))
+    assert [f.name for f in files] == sorted(f.name for f in (REPO / "crds").glob("*.yaml"))
+    for f in files:
+        assert f.read_bytes() == (REPO / "crds" / f.name).read_bytes(), f"{f.name}: copy crds/ into the chart"
+    rendered = {d["metadata"]["name"]: d for d in template(helm) if d["kind"] == "CustomResourceDefinition"}
+    for f in files:
+        src = yaml.safe_load(f.read_text())
+        got = rendered[src["metadata"]["name"]]
+        assert got["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert got["spec"] == src["spec"]
+
+
+def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
+    [dep] = [d for d in template(helm) if d["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] and isinstance(pod["securityContext"]["runAsUser"], int)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert "--webhook-port=9443" in c["args"]
+
+
+def test_rbac_has_no_wildcards_and_namespaced_mode_writes_nothing_cluster_wide(helm: Path) -> None:
+    for docs in (template(helm), template(helm, "watchNamespaces={search,research}")):
+        for d in docs:
+            for rule in d.get("rules") or []:
+                assert "*" not in json.dumps(rule), (d["kind"], rule)
+    namespaced = template(helm, "watchNamespaces={search,research}")
+    [cluster_role] = [d for d in namespaced if d["kind"] == "ClusterRole"]
+    writes = [r for r in cluster_role["rules"] if {"create", "update", "patch", "delete"} & set(r["verbs"])]
+    assert all(r["resources"] == ["autoscalingpolicies/status"] for r in writes), writes
+    roles = {d["metadata"]["namespace"] for d in namespaced if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-self")}
+    assert roles == {"search", "research"}
+    [dep] = [d for d in namespaced if d["kind"] == "Deployment"]
+    assert {"--namespace=search", "--namespace=research"} <= set(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_deploy_rbac_is_rendered_from_the_chart(helm: Path) -> None:
+    want = rbac_manifest(template(helm))
+    path = REPO / "deploy" / "rbac.yaml"
+    if path.read_text() != want and __import__("os").environ.get("UPDATE_DEPLOY"):
+        path.write_text(want)
+    assert path.read_text() == want, "deploy/rbac.yaml drifted from the chart: run `make deploy`"
+
+
+@pytest.mark.parametrize(
+    ("sets", "field"),
+    [("replicas=0", "replicas"), ("webhook.failurePolicy=Sometimes", "failurePolicy"),
+     ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"), ("nosuchvalue=1", "nosuchvalue")],
+)  # fmt: skip
+def test_bad_values_fail_with_the_field_named(helm: Path, sets: str, field: str) -> None:
+    res = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE, "--set", sets)
+    assert res.returncode != 0
+    assert "values don't meet the specifications of the schema" in res.stderr and field in res.stderr, res.stderr
+
+
+def test_chart_readme_lists_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def flat(prefix: str, v: Any) -> list[str]:
+        if isinstance(v, dict) and v:
+            return [k for key, x in v.items() for k in flat(f"{prefix}.{key}" if prefix else key, x)]
+        return [prefix]
+
+    keys = [k for key, v in values.items() for k in flat(key, v)]
+    readme = (CHART / "README.md").read_text()
+    table = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")]
+    assert table == keys
