@@ -23,6 +23,7 @@ import yaml
 from e2e import build
 from e2e.controlplane import REPO_ROOT, ClusterConfig, ControlPlane, _free_ports, wait_for
 from e2e.operator_process import OperatorProcess
+from e2e.tests.operator.test_webhook import INVALID as WEBHOOK_INVALID
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -31,17 +32,7 @@ RELEASE, NS = "vpo", "vpo-system"
 FULLNAME = "vpo-vllm-pooling-operator"
 SA = f"system:serviceaccount:{NS}:{FULLNAME}"
 KINDS = ("PoolingService", "ScoringService")
-INVALID = """
-apiVersion: vllm-pooling.io/v1alpha1
-kind: PoolingService
-metadata: {name: too-small-batch, namespace: search}
-spec:
-  model: {name: sentence-transformers/all-MiniLM-L6-v2, revision: c9745ed1d9f207416be6d2e6f8de32d1f16199bf,
-          hints: {architectures: [BertModel]}}
-  task: embed
-  pooling: {type: MEAN, normalize: true}
-  engine: {maxModelLen: 512, maxNumBatchedTokens: 256}
-"""
+INVALID = WEBHOOK_INVALID.replace("NS", "search")  # one invalid service for both webhook tests
 
 
 class Env:
