@@ -46,7 +46,7 @@ vllm-runtime-or-skip: venv
 	@$(PY) -m e2e.realvllm.runtime || echo "==> vLLM runtime not installed: the real_vllm tier will skip (and fail under CI=true)"
 
 .PHONY: vllm-runtime
-vllm-runtime: venv ## Install the CPU vLLM 0.32 runtime and its two models for the real_vllm tier (once: ~5-12 min, 8 GB)
+vllm-runtime: venv ## Install the CPU vLLM 0.32 runtime and its two models for the real_vllm tier (once: ~5-12 min, 7 GB)
 	@$(PY) -m e2e.realvllm.runtime
 
 .PHONY: unit
@@ -55,7 +55,7 @@ unit: venv ## Unit tests only (no cluster, seconds)
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract
-	$(VENV)/bin/ruff check operator tests e2e bench
+	$(VENV)/bin/ruff check operator tests e2e bench conftest.py
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds

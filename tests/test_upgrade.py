@@ -10,6 +10,7 @@ change of any template needs a new release (``pooling_operator.__version__``) wi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).parent / "golden" / "pod-templates.json"
 
 
-def template_hashes(capsys) -> dict[str, str]:  # noqa: ANN001 - pytest's CaptureFixture
+def template_hashes(capsys) -> dict[str, str]:
     assert main(["render", str(ROOT / "examples")]) == 0
     out: dict[str, str] = {}
     for obj in yaml.safe_load_all(capsys.readouterr().out):
@@ -36,7 +37,7 @@ def template_hashes(capsys) -> dict[str, str]:  # noqa: ANN001 - pytest's Captur
     return out
 
 
-def test_this_release_renders_the_recorded_pod_templates(capsys) -> None:  # noqa: ANN001
+def test_this_release_renders_the_recorded_pod_templates(capsys) -> None:
     now = template_hashes(capsys)
     record = json.loads(RECORD.read_text())
     version = pooling_operator.__version__
@@ -55,7 +56,7 @@ def test_a_release_that_rolls_pods_says_so_in_the_upgrade_notes() -> None:
     record = json.loads(RECORD.read_text())
     releases = sorted(record, key=Version)
     notes = ROOT.joinpath("README.md").read_text().split("### Upgrade notes", 1)[1].split("\n## ", 1)[0]
-    for before, after in zip(releases, releases[1:], strict=False):
+    for before, after in itertools.pairwise(releases):
         rolled = sorted(k for k in record[after] if k in record[before] and record[before][k] != record[after][k])
         if rolled:
             note = re.search(rf"^- v{re.escape(after)}:(.*(?:\n  .*)*)", notes, re.M)

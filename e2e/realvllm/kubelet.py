@@ -199,6 +199,7 @@ class PodWorker:
                     "envAdded": p.env_added,
                     "ports": {k: {"container": c, "local": loc} for k, (c, loc) in p.ports.items()},
                     "hubLayout": [[str(h), r, str(f), rev] for h, r, f, rev in p.hub_layout],
+                    "mounts": {k: str(v) for k, v in p.mounts.items()},
                     "log": str(self.dir / "container.log"),
                     "pid": self.proc.pid if self.proc else None,
                     "restarts": self.restarts,
