@@ -174,6 +174,9 @@ class PodWorker:
         for folder in plan.mounts.values():
             if str(folder).startswith(str(self.dir)):
                 folder.mkdir(parents=True, exist_ok=True)
+        for v in self.pod["spec"].get("volumes") or []:
+            if "projected" in v:
+                self.runner.project(self.pod, v, self.dir / "volumes" / v["name"])
         for hub, repo_id, folder, revision in plan.hub_layout:
             for path, target in podspec.hub_entries(hub, repo_id, folder, revision):
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,6 +288,8 @@ class PodWorker:
         ip = self.runner.ip
         if waiting:
             state: dict[str, Any] = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+            if self.proc is None:  # never started: a kubelet keeps the pod Pending
+                phase = "Pending"
         elif phase in ("Succeeded", "Failed"):
             state = self.last_state or {"terminated": {"exitCode": self.exit_code or 0}}
         else:
@@ -368,6 +373,29 @@ class Runner:
             base_env=self.base_env, lookup=lambda kind, name, key: self._lookup(pod["metadata"]["namespace"], kind, name, key),
             free_port=lambda: _free_ports(1)[0], pod_ip=self.ip,
         )  # fmt: skip
+
+    def project(self, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None:
+        """Fill a projected volume as a kubelet does: a ServiceAccount token (TokenRequest, bound to the pod),
+        ConfigMap keys, and the downward API's namespace."""
+        ns, sa = pod["metadata"]["namespace"], pod["spec"].get("serviceAccountName") or "default"
+        folder.mkdir(parents=True, exist_ok=True)
+        for src in volume["projected"].get("sources") or []:
+            if "serviceAccountToken" in src:
+                t = src["serviceAccountToken"]
+                req = {"spec": {"expirationSeconds": t.get("expirationSeconds", 3607), "audiences": [t["audience"]] if t.get("audience") else None,
+                                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}}  # fmt: skip
+                token = self.core.create_namespaced_service_account_token(sa, ns, req)
+                (folder / t["path"]).write_text(token.status.token)
+            elif "configMap" in src:
+                cm = src["configMap"]
+                data = self.core.read_namespaced_config_map(cm["name"], ns).data or {}
+                for item in cm.get("items") or [{"key": k, "path": k} for k in data]:
+                    (folder / item["path"]).write_text(data.get(item["key"], ""))
+            elif "downwardAPI" in src:
+                for item in src["downwardAPI"].get("items") or []:
+                    field = (item.get("fieldRef") or {}).get("fieldPath")
+                    value = {"metadata.namespace": ns, "metadata.name": pod["metadata"]["name"]}.get(field, "")
+                    (folder / item["path"]).write_text(value)
 
     def _lookup(self, ns: str, kind: str, name: str, key: str) -> str | None:
         try:
