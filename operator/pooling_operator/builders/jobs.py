@@ -24,7 +24,7 @@ from pooling_operator.builders.common import (
 )
 from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, OUTPUT_MOUNT, output_dir, vllm_command
 from pooling_operator.vllm.contract import Contract
-from pooling_operator.vllm.workload import workload
+from pooling_operator.vllm.workload import Workload, workload
 
 INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
 
@@ -45,9 +45,8 @@ def dtype_bytes(dtype: str | None) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def driver_args(resource: HiddenStateJob) -> list[str]:
+def driver_args(resource: HiddenStateJob, w: Workload) -> list[str]:
     spec = resource.spec
-    w = workload(resource)
     args = [
         "hidden-states", "run",
         "--shard", "$(JOB_COMPLETION_INDEX)",
@@ -69,10 +68,9 @@ def driver_args(resource: HiddenStateJob) -> list[str]:
     return args
 
 
-def job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> dict[str, Any]:
+def job(resource: HiddenStateJob, w: Workload, c: Contract, ctx: BuildContext) -> dict[str, Any]:
     spec = resource.spec
-    w = workload(resource)
-    argv = vllm_command(resource, c)
+    argv = vllm_command(resource, c, w=w)
     volumes, mounts = vllm_volumes(w)
     volumes += [
         {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
@@ -98,7 +96,7 @@ def job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> dict[str, A
         "name": "driver",
         "image": ctx.operator_image,
         "command": ["pooling-operator"],
-        "args": driver_args(resource),
+        "args": driver_args(resource, w),
         "env": [INDEX_ENV, field_env("POD_NAMESPACE", "metadata.namespace"), env_var("PYTHONUNBUFFERED", "1")],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [
@@ -146,6 +144,7 @@ def job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> dict[str, A
 
 
 def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
+    """Every child of a HiddenStateJob, each a function of the resource and its one workload view."""
     w = workload(resource)
     uid = resource.metadata.uid
     cm = progress_configmap_name(w.name)
@@ -166,5 +165,5 @@ def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> list[
             "subjects": [{"kind": "ServiceAccount", "name": w.name, **({"namespace": w.namespace} if w.namespace else {})}],
         },
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(w, cm, uid)},
-        job(resource, c, ctx),
+        job(resource, w, c, ctx),
     ]

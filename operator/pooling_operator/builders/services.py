@@ -28,7 +28,7 @@ from pooling_operator.builders.common import (
 from pooling_operator.vllm.args import vllm_command
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import Queries, queries, relabelings
-from pooling_operator.vllm.workload import workload
+from pooling_operator.vllm.workload import Workload, workload
 
 Service = PoolingService | ScoringService
 SCRAPE_INTERVAL = "15s"
@@ -42,12 +42,11 @@ TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
 DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
-def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, Any]:
+def deployment(resource: Service, w: Workload, c: Contract) -> dict[str, Any]:
     spec = resource.spec
-    w = workload(resource)
     port = spec.service.port
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
-    argv = vllm_command(resource, c, port=port)
+    argv = vllm_command(resource, c, port=port, w=w)
     volumes, mounts = vllm_volumes(w)
     container = {
         "name": "vllm",
@@ -87,8 +86,7 @@ def deployment(resource: Service, c: Contract, ctx: BuildContext) -> dict[str, A
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(w, w.name, resource.metadata.uid), "spec": deploy_spec}
 
 
-def service(resource: Service) -> dict[str, Any]:
-    w = workload(resource)
+def service(resource: Service, w: Workload) -> dict[str, Any]:
     s = resource.spec.service
     return {
         "apiVersion": "v1",
@@ -102,9 +100,8 @@ def service(resource: Service) -> dict[str, Any]:
     }
 
 
-def pod_disruption_budget(resource: Service) -> dict[str, Any]:
+def pod_disruption_budget(resource: Service, w: Workload) -> dict[str, Any]:
     """maxUnavailable 1: a node drain always proceeds, even at one replica; crash-looping pods never block it."""
-    w = workload(resource)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -117,8 +114,7 @@ def pod_disruption_budget(resource: Service) -> dict[str, Any]:
     }
 
 
-def service_monitor(resource: Service) -> dict[str, Any]:
-    w = workload(resource)
+def service_monitor(resource: Service, w: Workload) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
@@ -130,8 +126,7 @@ def service_monitor(resource: Service) -> dict[str, Any]:
     }
 
 
-def pod_monitor(resource: Service) -> dict[str, Any]:
-    w = workload(resource)
+def pod_monitor(resource: Service, w: Workload) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -143,21 +138,21 @@ def pod_monitor(resource: Service) -> dict[str, Any]:
     }
 
 
-def service_queries(resource: Service, window: str) -> Queries:
+def service_queries(resource: Service, window: str, w: Workload | None = None) -> Queries:
     """The autoscaler's PromQL for one service (scoped by the labels the monitors produce)."""
-    w = workload(resource)
+    w = w or workload(resource)
     return queries(w.namespace or "default", w.name, COMPONENTS[w.kind], window)
 
 
-def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None) -> dict[str, Any]:
+def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Workload | None = None) -> dict[str, Any]:
     """A KEDA ScaledObject with the built-in autoscaler's queue and p99 signals and its behaviour. KEDA cannot
     learn a replica's capacity, so the demand and in-system signals stay with the operator backend."""
-    w = workload(resource)
+    w = w or workload(resource)
     a = resource.spec.autoscaling
     assert a is not None
     t = resolve_targets(a, policy)
     url = t.prometheus.url if t.prometheus else DEFAULT_PROMETHEUS_URL
-    q = service_queries(resource, t.window)
+    q = service_queries(resource, t.window, w)
     triggers: list[dict[str, Any]] = [
         {
             "type": "prometheus",
@@ -206,12 +201,14 @@ def _num(x: float) -> str:
 
 
 def build_service(resource: Service, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
+    """Every child of a service, each a function of the resource and its one workload view."""
     spec = resource.spec
-    objects = [deployment(resource, c, ctx), service(resource), pod_disruption_budget(resource)]
+    w = workload(resource)
+    objects = [deployment(resource, w, c), service(resource, w), pod_disruption_budget(resource, w)]
     if spec.monitoring.service_monitor:
-        objects.append(service_monitor(resource))
+        objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:
-        objects.append(pod_monitor(resource))
+        objects.append(pod_monitor(resource, w))
     if spec.autoscaling is not None and spec.autoscaling.backend == "keda":
-        objects.append(scaled_object(resource, ctx.policy))
+        objects.append(scaled_object(resource, ctx.policy, w))
     return objects

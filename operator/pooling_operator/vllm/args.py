@@ -85,9 +85,11 @@ def vllm_command(
     c: Contract,
     *,
     port: int | None = None,
+    w: Workload | None = None,
 ) -> list[str]:
-    """The vLLM container's full command line (command + args)."""
-    w = workload(resource)
+    """The vLLM container's full command line (command + args); ``w`` is the resource's workload view when
+    the caller already has it."""
+    w = w or workload(resource)
     engine = w.engine
     argv = ["vllm", "serve", model_argument(w), "--served-model-name", w.served_name]
     # 0.0.0.0 also for a job's sidecar: the kubelet probes the pod IP, not loopback (no Service exposes it).
