@@ -50,8 +50,8 @@ vllm-runtime: venv ## Install the CPU vLLM 0.32 runtime and its two models for t
 	@$(PY) -m e2e.realvllm.runtime
 
 .PHONY: unit
-unit: venv ## Unit tests only (no cluster, seconds)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+unit: venv ## Unit tests only (no cluster, no processes, seconds); make test runs the integration ones too
+	$(PY) -m pytest tests -m "not integration" $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract

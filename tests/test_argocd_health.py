@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import lupa.lua51 as lupa  # a test dependency: a missing Lua runtime fails, it does not skip
 import pytest
 import yaml
 
 from pooling_operator.status import conditions as c
-
-lupa = pytest.importorskip("lupa.lua51")
 
 ROOT = Path(__file__).resolve().parents[1] / "argocd" / "resource_customizations" / "vllm-pooling.io"
 KINDS = sorted(p.name for p in ROOT.iterdir() if p.is_dir())
