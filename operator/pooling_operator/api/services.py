@@ -190,7 +190,23 @@ MATRYOSHKA_RULE = {
 }
 
 
-class PoolingServiceSpec(Spec):
+class ServingSpec(Spec):
+    """The fields every vLLM server resource shares (PoolingService and ScoringService): how it runs and is
+    reached, scaled and placed. Each kind adds what it serves."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
+    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
+    replicas: int = Field(
+        default=1, ge=0, le=1000, description="Replicas when autoscaling is absent (the scale subresource)."
+    )
+    autoscaling: AutoscalingSpec | None = Field(default=None, description=AutoscalingSpec.__doc__)
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
+    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+
+
+class PoolingServiceSpec(ServingSpec):
     """A vLLM server with runner pooling serving exactly one pooling task."""
 
     model_config = ConfigDict(
@@ -218,7 +234,6 @@ class PoolingServiceSpec(Spec):
         }
     )
 
-    model: ModelSpec = Field(description="The model to serve.")
     task: Task = Field(
         description="The one pooling task this server exposes: embed, classify, token_embed or token_classify "
         "(set through --pooler-config task)."
@@ -234,15 +249,6 @@ class PoolingServiceSpec(Spec):
         "pooling type, normalize or dimensions is refused unless this label changes in the same update, so "
         "vectors from two spaces never mix in one index.",
     )
-    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
-    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
-    replicas: int = Field(
-        default=1, ge=0, le=1000, description="Replicas when autoscaling is absent (the scale subresource)."
-    )
-    autoscaling: AutoscalingSpec | None = Field(default=None, description=AutoscalingSpec.__doc__)
-    service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
-    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
-    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
 
 
 class GenerativeLabel(Spec):
@@ -282,7 +288,7 @@ class GenerativeSpec(Spec):
     )
 
 
-class ScoringServiceSpec(Spec):
+class ScoringServiceSpec(ServingSpec):
     """A vLLM server that scores query/document pairs."""
 
     model_config = ConfigDict(
@@ -312,18 +318,8 @@ class ScoringServiceSpec(Spec):
         description="crossEncoder (classify, num_labels 1), biEncoder (embed, cosine), lateInteraction "
         "(token_embed, MaxSim) or generative (a causal LM on /generative_scoring)."
     )
-    model: ModelSpec = Field(description="The model to serve.")
     pooling: PoolingSpec | None = Field(default=None, description="Pooler settings; biEncoder only.")
     generative: GenerativeSpec | None = Field(default=None, description=GenerativeSpec.__doc__)
-    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
-    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
-    replicas: int = Field(
-        default=1, ge=0, le=1000, description="Replicas when autoscaling is absent (the scale subresource)."
-    )
-    autoscaling: AutoscalingSpec | None = Field(default=None, description=AutoscalingSpec.__doc__)
-    service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
-    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
-    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
 
 
 # ---- status ---------------------------------------------------------------------------------------------
