@@ -21,6 +21,8 @@ MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 BREAKS: dict[str, dict[str, Any]] = {
     f"metadata.name {M.NAME_DNS1035}": pooling(name="3bge"),
     M.SOURCE_EXACTLY_ONE: pooling({"model": {"source": {"volume": {"claimName": "m"}, "huggingFace": {}}}}),
+    M.ENV_SOURCE_EXACTLY_ONE: pooling({"engine": {"env": [{"name": "X", "valueFrom": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "metadata.name"}}}]}}),
     M.MIN_LE_MAX_REPLICAS: pooling({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}),
     M.MIN_REPLICAS_ZERO: pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
     M.POOLING_TYPE_FOR_TASK: pooling({"pooling": {"type": "ALL"}}),

@@ -81,3 +81,17 @@ def test_minilm_deployment_is_what_the_vllm_contract_asks_for() -> None:
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     svc = objects["Service"]
     assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+
+
+def test_typed_pod_fields_refuse_typos_with_the_path() -> None:
+    from tests.factories import pooling
+
+    typo = validate(pooling({"template": {"tolerations": [{"key": "gpu", "operater": "Exists"}]}}))
+    assert any(p.path.startswith("spec.template.tolerations[0]") and "operater" in p.path + p.message for p in typo.errors), typo.problems
+    effect = validate(pooling({"template": {"tolerations": [{"key": "gpu", "effect": "NoSchedul"}]}}))
+    assert any(p.path == "spec.template.tolerations[0].effect" for p in effect.errors), effect.problems
+    affinity = validate(pooling({"template": {"affinity": {"nodeAfinity": {}}}}))
+    assert any("nodeAfinity" in p.path + p.message for p in affinity.errors), affinity.problems
+    ok = validate(pooling({"template": {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}}))  # fmt: skip
+    assert not ok.errors, ok.problems

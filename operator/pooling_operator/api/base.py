@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from pooling_operator.api import messages as M
@@ -208,6 +208,57 @@ class ModelSpec(Spec):
 Dtype = Literal["auto", "float16", "bfloat16", "float32"]
 
 
+class KeyRef(Spec):
+    """A key of a Secret or ConfigMap in the resource's namespace."""
+
+    name: Name = Field(description="Name of the Secret or ConfigMap.")
+    key: str = Field(min_length=1, max_length=253, description="The key.")
+    optional: bool | None = Field(default=None, description="Start the container even when it is missing.")
+
+
+class FieldRef(Spec):
+    """A field of the pod (Kubernetes ObjectFieldSelector), e.g. metadata.name or status.podIP."""
+
+    field_path: str = Field(min_length=1, max_length=256, description="The pod field's path.")
+    api_version: str | None = Field(default=None, description="Schema version of the path. Default v1.")
+
+
+class ResourceFieldRef(Spec):
+    """A container's resource request or limit (Kubernetes ResourceFieldSelector)."""
+
+    resource: str = Field(min_length=1, max_length=128, description="e.g. limits.memory or requests.cpu.")
+    container_name: str | None = Field(default=None, max_length=63, description="Default: this container.")
+    divisor: Quantity | None = Field(default=None, description="Unit the value is expressed in. Default 1.")
+
+
+class EnvVarSource(Spec):
+    """Where a variable's value comes from (a Kubernetes EnvVarSource): exactly one of these."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef), "
+                    "has(self.resourceFieldRef)].filter(x, x).size() == 1",
+                    "message": M.ENV_SOURCE_EXACTLY_ONE,
+                }
+            ]
+        }
+    )
+
+    secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret.")
+    config_map_key_ref: KeyRef | None = Field(default=None, description="A key of a ConfigMap.")
+    field_ref: FieldRef | None = Field(default=None, description=FieldRef.__doc__)
+    resource_field_ref: ResourceFieldRef | None = Field(default=None, description=ResourceFieldRef.__doc__)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvVarSource:
+        chosen = [self.secret_key_ref, self.config_map_key_ref, self.field_ref, self.resource_field_ref]
+        if sum(x is not None for x in chosen) != 1:
+            raise ValueError(M.ENV_SOURCE_EXACTLY_ONE)
+        return self
+
+
 class EnvVar(Spec):
     """An extra environment variable for the vLLM container (a Kubernetes EnvVar)."""
 
@@ -215,9 +266,7 @@ class EnvVar(Spec):
         Field(description="Variable name.")
     )
     value: str | None = Field(default=None, description="Literal value.")
-    value_from: ObjectDict | None = Field(
-        default=None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...)."
-    )
+    value_from: EnvVarSource | None = Field(default=None, description=EnvVarSource.__doc__)
 
 
 class EngineSpec(Spec):
@@ -301,12 +350,32 @@ class ResourcesSpec(Spec):
     memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. 64Gi.")
 
 
+class Toleration(Spec):
+    """A Kubernetes Toleration: which node taints the pods accept."""
+
+    key: str | None = Field(default=None, max_length=316, description="The taint key; empty with Exists: every taint.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal. Default Equal.")
+    value: str | None = Field(default=None, max_length=63, description="The taint value (Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect; empty: every effect."
+    )
+    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is tolerated.")
+
+
+class Affinity(Spec):
+    """Kubernetes Affinity: node affinity and pod (anti-)affinity terms, as in a pod spec."""
+
+    node_affinity: ObjectDict | None = Field(default=None, description="Kubernetes NodeAffinity.")
+    pod_affinity: ObjectDict | None = Field(default=None, description="Kubernetes PodAffinity.")
+    pod_anti_affinity: ObjectDict | None = Field(default=None, description="Kubernetes PodAntiAffinity.")
+
+
 class TemplateSpec(Spec):
     """Pod placement and metadata added to every pod."""
 
     node_selector: dict[str, str] | None = Field(default=None, description="Extra node selector labels.")
-    tolerations: list[ObjectDict] | None = Field(default=None, description="Pod tolerations (Kubernetes Toleration).")
-    affinity: ObjectDict | None = Field(default=None, description="Pod affinity (Kubernetes Affinity).")
+    tolerations: list[Toleration] | None = Field(default=None, description="Pod tolerations (Kubernetes Toleration).")
+    affinity: Affinity | None = Field(default=None, description=Affinity.__doc__)
     priority_class_name: str | None = Field(default=None, max_length=253, description="PriorityClass of the pods.")
     labels: dict[str, str] | None = Field(
         default=None, description="Extra pod labels (never used in selectors)."

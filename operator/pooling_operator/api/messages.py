@@ -10,6 +10,7 @@ NAME_DNS1035 = (
     "letter and ending with a letter or digit), because a Service carries the name"
 )
 SOURCE_EXACTLY_ONE = "exactly one of huggingFace or volume must be set"
+ENV_SOURCE_EXACTLY_ONE = "exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef must be set"
 MIN_LE_MAX_REPLICAS = "minReplicas must be less than or equal to maxReplicas"
 MIN_REPLICAS_ZERO = (
     "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "

@@ -136,7 +136,7 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
         selector[GPU_PRODUCT_LABEL] = gpu.product
     if selector:
         spec["nodeSelector"] = dict(sorted(selector.items()))
-    tolerations = list(template.tolerations or []) if template else []
+    tolerations = [t.wire() for t in template.tolerations or []] if template else []
     if gpu_count(resources):
         resource_name = gpu.resource_name if gpu else "nvidia.com/gpu"
         taint = {"key": resource_name, "operator": "Exists", "effect": "NoSchedule"}
@@ -145,7 +145,7 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
     if tolerations:
         spec["tolerations"] = tolerations
     if template and template.affinity:
-        spec["affinity"] = template.affinity
+        spec["affinity"] = template.affinity.wire()
     if template and template.priority_class_name:
         spec["priorityClassName"] = template.priority_class_name
     return spec
