@@ -10,6 +10,7 @@ from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_folder
 from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.extra_args import option_names
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
 from pooling_operator.vllm.workload import Workload, workload
 
@@ -60,7 +61,7 @@ def hf_overrides(w: Workload) -> dict[str, Any]:
 
 def _max_logprobs(w: Workload, c: Contract) -> int | None:
     """Raised to the label count when above vLLM's default, unless extraArgs already set it."""
-    if w.generative is None or any(a.split("=", 1)[0].replace("_", "-") == "--max-logprobs" for a in w.engine.extra_args):
+    if w.generative is None or "--max-logprobs" in option_names(w.engine.extra_args):
         return None
     count = len(w.generative.labels)
     return count if count > c.max_logprobs_default else None

@@ -26,6 +26,8 @@ from pooling_operator.vllm.contract import (
     contract,
     resolve_version,
 )
+from pooling_operator.vllm.extra_args import ExtraArgs, option_names
+from pooling_operator.vllm.extra_args import parse as parse_extra_args
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.workload import Workload, workload
@@ -110,8 +112,9 @@ def check(
     if error:
         problems.append(Problem("spec.engine.version" if w.engine.version else "spec.engine.image", error))
     if c is not None:
-        problems += _extra_args(w, c, _needs_metrics(resource))
-        problems += _gpus(w, c, resource.spec.resources)
+        xa = parse_extra_args(w.engine.extra_args, c)  # once, for every rule that reads extraArgs
+        problems += _extra_args(w, c, xa, _needs_metrics(resource))
+        problems += _gpus(w, xa, resource.spec.resources)
     if isinstance(resource, PoolingService):
         problems += _pooling_service(resource, w)
     elif isinstance(resource, ScoringService):
@@ -204,34 +207,13 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
             yield Problem(f"spec.engine.env[{i}]", "set value or valueFrom, not both")
 
 
-def parsed_extra_args(w: Workload, c: Contract) -> dict[str, str | None]:
-    """{flag as written canonically: its value} for the flags of engine.extraArgs this version knows (the
-    last occurrence wins, as in vLLM); ``--no-x`` forms keep their own name."""
-    args = w.engine.extra_args
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        flag = c.canonical(arg) if arg.startswith("-") else None
-        if flag is None:
-            continue
-        value: str | None = _attached_value(arg, c)
-        if c.flags[flag].takes_value and value is None and i < len(args):
-            if not args[i].startswith("-") or _is_number(args[i]):
-                value = args[i]
-                i += 1
-        out[flag] = value
-    return out
-
-
-def _gpus(w: Workload, c: Contract, resources: object) -> Iterator[Problem]:
+def _gpus(w: Workload, xa: ExtraArgs, resources: object) -> Iterator[Problem]:
     """Every vLLM worker needs its own GPU: tensor x pipeline x data parallel <= GPUs per pod."""
     gpu = getattr(resources, "gpu", None)
     count = gpu.count if gpu is not None else 1
     if count == 0:
         return
-    given = parsed_extra_args(w, c)
+    given = xa.given
     sizes = {"tensor": w.engine.tensor_parallel_size or 1}
     for flag, label in (("--pipeline-parallel-size", "pipeline"), ("--data-parallel-size", "data")):
         try:
@@ -247,9 +229,9 @@ def _gpus(w: Workload, c: Contract, resources: object) -> Iterator[Problem]:
         )
 
 
-def _extra_args(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Problem]:
-    yield from _extra_args_each(w, c, needs_metrics)
-    given = parsed_extra_args(w, c)
+def _extra_args(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool) -> Iterator[Problem]:
+    yield from _extra_args_each(w, c, xa, needs_metrics)
+    given = xa.given
     for flag, needed in REQUIRES.items():
         if flag in given and needed not in given:
             yield Problem("spec.engine.extraArgs", f"{flag} requires {needed} (vLLM refuses it alone)")
@@ -277,69 +259,40 @@ def _extra_args(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Probl
                 )
 
 
-def _extra_args_each(w: Workload, c: Contract, needs_metrics: bool) -> Iterator[Problem]:
+def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool) -> Iterator[Problem]:
     owned = owned_flags(w)
-    args = w.engine.extra_args
     seen: dict[str, int] = {}
-    i = 0
-    while i < len(args):
-        arg, path = args[i], f"spec.engine.extraArgs[{i}]"
-        i += 1
-        if not arg.startswith("-") or arg in ("-", "--"):
+    for t in xa.tokens:
+        path, name = f"spec.engine.extraArgs[{t.index}]", t.name
+        if not t.is_flag:
             yield Problem(
                 path,
-                f"{arg!r} is not a flag: extraArgs holds `vllm serve` flags, each followed by its value when it "
+                f"{t.text!r} is not a flag: extraArgs holds `vllm serve` flags, each followed by its value when it "
                 "takes one (the model goes in spec.model.name)",
             )
             continue
-        flag = c.canonical(arg)
-        name = arg.split("=", 1)[0]
-        if flag is None:
+        if t.flag is None:
             yield Problem(path, _unknown_flag_message(name, w, c))
-            if "=" not in arg and i < len(args) and not args[i].startswith("-"):
-                i += 1  # its value: one problem per unknown flag
             continue
-        info = c.flags[flag]
-        positive = c.owner_of(flag)
+        info = c.flags[t.flag]
+        positive = c.owner_of(t.flag)
         if positive in seen:
             yield Problem(path, f"{name} repeats extraArgs[{seen[positive]}]; vLLM would silently keep only the last")
-        seen.setdefault(positive, i - 1)
+        seen.setdefault(positive, t.index)
         if positive in SECRET_FLAGS:
             yield Problem(path, f"secrets never go in arguments: set {SECRET_FLAGS[positive]} instead of {name}")
         elif positive in owned:
             yield Problem(path, f"{name} is set by the operator from {owned[positive]}; set that instead")
         elif positive == "--disable-log-stats" and needs_metrics:
             yield Problem(path, "--disable-log-stats removes every vllm:* metric, which autoscaling and monitoring read")
-        value: str | None = _attached_value(arg, c)
-        if info.takes_value and value is None:
-            if i < len(args) and (not args[i].startswith("-") or _is_number(args[i])):
-                value = args[i]
-                i += 1
-            else:
-                yield Problem(path, f"{name} takes a value: put it in the next element or write {name}=VALUE")
-                continue
-        elif not info.takes_value and value is not None:
+        if t.missing_value:
+            yield Problem(path, f"{name} takes a value: put it in the next element or write {name}=VALUE")
+            continue
+        if not info.takes_value and t.value is not None:
             yield Problem(path, f"{name} is a switch and takes no value")
             continue
-        if info.choices and value is not None and value not in info.choices:
-            yield Problem(path, f"{name} accepts one of {', '.join(info.choices)}; got {value!r}")
-
-
-def _attached_value(arg: str, c: Contract) -> str | None:
-    """The value written into the option itself: --flag=VALUE, or a short alias with it attached (-O3)."""
-    if "=" in arg:
-        return arg.split("=", 1)[1]
-    if not arg.startswith("--") and arg not in c.aliases and len(arg) > 2 and arg[:2] in c.aliases:
-        return arg[2:]
-    return None
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        if info.choices and t.value is not None and t.value not in info.choices:
+            yield Problem(path, f"{name} accepts one of {', '.join(info.choices)}; got {t.value!r}")
 
 
 def _unknown_flag_message(name: str, w: Workload, c: Contract) -> str:
@@ -452,8 +405,7 @@ def _bge_m3_problem(task: str) -> Problem:
 
 
 def _chunked_prefill_off_by_flag(w: Workload) -> bool:
-    args = {a.split("=", 1)[0].replace("_", "-") for a in w.engine.extra_args}
-    return bool(args & {"--no-enable-chunked-prefill", "--disable-chunked-prefill"})
+    return bool(option_names(w.engine.extra_args) & {"--no-enable-chunked-prefill", "--disable-chunked-prefill"})
 
 
 def _chunk_reason(w: Workload) -> str | None:
