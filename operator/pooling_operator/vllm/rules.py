@@ -1,6 +1,9 @@
 """vLLM's rules, per contract version, each returning Problems with the field path and what is accepted.
 
-Every check here is pure: resource values in, Problems out. The cross-field rules that CEL also enforces
+Every check here is pure: resource values in, Problems out. Each kind has a named chain of rules (CHAINS), all
+reading one Subject: the resource, its workload view, its contract and its extraArgs parsed once
+(vllm/extra_args.py). Policy and autoscaling rules live in api/policy_rules.py, hidden-state rules in
+vllm/hidden_state_rules.py. The cross-field rules that CEL also enforces
 at admission carry the same message as their CEL twin (api/), so a user reads one sentence wherever a rule
 fires.
 """
@@ -8,7 +11,7 @@ fires.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
@@ -94,35 +97,88 @@ def owned_flags(w: Workload) -> dict[str, str]:
     return owned
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What every rule of a chain reads: the resource, its workload view, its contract (None when the version
+    is unsupported) and its extraArgs parsed once, plus what the caller knows of policies and namespaces."""
+
+    resource: PoolingService | ScoringService | HiddenStateJob
+    w: Workload
+    c: Contract | None
+    xa: ExtraArgs | None
+    settings: Settings
+    policies: Mapping[str, AutoscalingPolicySpec] | None
+    namespace_labels: Mapping[str, str] | None
+
+
+Rule = Callable[[Subject], Iterable[Problem]]
+
+
+def model_and_engine(s: Subject) -> Iterable[Problem]:
+    """Source, revision, trust, env and batching of every vLLM server (the version's own problem too)."""
+    yield from _common(s.w, s.settings)
+    _, error = resolve_version(s.w.engine.version, s.w.engine.image)
+    if error:
+        yield Problem("spec.engine.version" if s.w.engine.version else "spec.engine.image", error)
+
+
+def extra_args(s: Subject) -> Iterable[Problem]:
+    if s.c is not None and s.xa is not None:
+        yield from _extra_args(s.w, s.c, s.xa, _needs_metrics(s.resource))
+
+
+def gpus(s: Subject) -> Iterable[Problem]:
+    if s.xa is not None:
+        yield from _gpus(s.w, s.xa, s.resource.spec.resources)
+
+
+def pooling_service(s: Subject) -> Iterable[Problem]:
+    assert isinstance(s.resource, PoolingService)
+    yield from _pooling_service(s.resource, s.w)
+
+
+def scoring_service(s: Subject) -> Iterable[Problem]:
+    assert isinstance(s.resource, ScoringService)
+    yield from _scoring_service(s.resource, s.w, s.c)
+
+
+def hidden_state_job(s: Subject) -> Iterable[Problem]:
+    assert isinstance(s.resource, HiddenStateJob)
+    yield from hidden_state_problems(s.resource, s.w)
+    yield from _batched_tokens(s.w)
+
+
+def autoscaling(s: Subject) -> Iterable[Problem]:
+    a = getattr(s.resource.spec, "autoscaling", None)
+    if a is not None:
+        yield from autoscaling_problems(a, s.policies, s.namespace_labels)
+
+
+# The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
+CHAINS: dict[type, tuple[Rule, ...]] = {
+    PoolingService: (model_and_engine, extra_args, gpus, pooling_service, autoscaling),
+    ScoringService: (model_and_engine, extra_args, gpus, scoring_service, autoscaling),
+    HiddenStateJob: (model_and_engine, extra_args, gpus, hidden_state_job),
+}
+
+
 def check(
     resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,
 ) -> list[Problem]:
-    """Every rule of the resource's vLLM version; empty when the resource is valid. With the namespace's labels
+    """Every rule of the resource's chain (CHAINS); empty when the resource is valid. With the namespace's labels
     (the reconcile knows them, the offline CLI does not) policies apply only where their namespaceSelector
     selects, exactly as the autoscaler resolves them."""
     if isinstance(resource, AutoscalingPolicy):
         return sorted(policy_problems(resource))
     w = workload(resource)
-    problems = list(_common(w, settings or Settings()))
-    version, error = resolve_version(w.engine.version, w.engine.image)
+    version, _ = resolve_version(w.engine.version, w.engine.image)
     c = contract(version) if version else None
-    if error:
-        problems.append(Problem("spec.engine.version" if w.engine.version else "spec.engine.image", error))
-    if c is not None:
-        xa = parse_extra_args(w.engine.extra_args, c)  # once, for every rule that reads extraArgs
-        problems += _extra_args(w, c, xa, _needs_metrics(resource))
-        problems += _gpus(w, xa, resource.spec.resources)
-    if isinstance(resource, PoolingService):
-        problems += _pooling_service(resource, w)
-    elif isinstance(resource, ScoringService):
-        problems += _scoring_service(resource, w, c)
-    else:
-        problems += [*hidden_state_problems(resource, w), *_batched_tokens(w)]
-    if isinstance(resource, PoolingService | ScoringService) and resource.spec.autoscaling:
-        problems += autoscaling_problems(resource.spec.autoscaling, policies, namespace_labels)
+    xa = parse_extra_args(w.engine.extra_args, c) if c is not None else None  # once, for every rule
+    subject = Subject(resource, w, c, xa, settings or Settings(), policies, namespace_labels)
+    problems = [p for rule in CHAINS[type(resource)] for p in rule(subject)]
     return sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message))
 
 
