@@ -214,3 +214,17 @@ def test_placement_problems_in_the_controllers_own_words() -> None:
     assert placement_problem({}, [], refusal).reason == "FailedCreate"  # type: ignore[union-attr]
     running = {"metadata": {"name": "r"}, "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert placement_problem({}, [running], refusal) is None  # a refusal is stale once a pod exists
+
+
+def test_first_visit_is_unknown_not_false() -> None:
+    from pooling_operator.status.conditions import CREATING, DEGRADED, READY
+    from pooling_operator.vllm.contract import contract
+    from pooling_operator.vllm.validate import validate as _validate
+    from tests.factories import pooling as _pooling
+
+    r = _validate(_pooling()).resource
+    assert r is not None
+    st = service_status(r, contract("0.33"), [], None, [])  # type: ignore[arg-type]
+    conds = {x["type"]: x for x in st["conditions"]}
+    assert (conds[READY]["status"], conds[READY]["reason"]) == ("Unknown", CREATING)
+    assert (conds[DEGRADED]["status"], conds[DEGRADED]["reason"]) == ("Unknown", CREATING)

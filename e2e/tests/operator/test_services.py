@@ -379,15 +379,21 @@ def test_time_to_ready(cluster: ControlPlane, operator: OperatorProcess, namespa
 
 
 def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
-    """A free-form field (here a toleration effect) passes our schema but not the Deployment's."""
-    apply(cluster, svc(namespace, name="tol", spec={"template": {"tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedul"}]}}))
+    """A free-form field (here a node-affinity operator) passes our schema but not the Deployment's."""
+    # typed fields are refused at admission already (a toleration's effect is an enum in our schema)
+    typo = svc(namespace, name="tol", spec={"template": {"tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedul"}]}})
+    res = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(typo), check=False)
+    assert res.returncode != 0 and "NoSchedul" in res.stderr, res.stderr
+    term = {"matchExpressions": [{"key": "x", "operator": "Bogus"}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    apply(cluster, svc(namespace, name="tol", spec={"template": {"affinity": affinity}}))
 
     def refused() -> dict[str, Any] | None:
         obj = get(cluster, path(namespace, "poolingservices", "tol"))
         return obj if cond(obj, "SpecValid").get("reason") == "ChildRejected" else None
 
     obj = wait_for(refused, timeout=60, what="SpecValid=False ChildRejected")
-    assert "NoSchedul" in cond(obj, "SpecValid")["message"]
+    assert "Bogus" in cond(obj, "SpecValid")["message"]
     assert any(e["reason"] == "ChildRejected" and e["type"] == "Warning" for e in events(cluster, namespace, "tol"))
 
 

@@ -1,6 +1,7 @@
 """Every condition type and reason the operator sets, in one place, with what True means and who sets it.
 
-Conditions follow the Kubernetes API conventions: CamelCase reasons, `observedGeneration`, and a
+On the first visit (a service whose Deployment does not exist yet) Ready and Degraded are `Unknown` with
+reason `Creating`: nothing has failed, nothing is known yet. Conditions follow the Kubernetes API conventions: CamelCase reasons, `observedGeneration`, and a
 `lastTransitionTime` that moves only when the status flips. Two field managers write them (DESIGN.md):
 the reconcile (`vllm-pooling-operator`) owns every type but the autoscaler's two, which the autoscaler
 (`vllm-pooling-operator-autoscaler`) owns; conditions are a list-map keyed by `type`, so neither removes

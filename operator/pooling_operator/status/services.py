@@ -117,7 +117,9 @@ def service_status(
     crash = _crashing(pods)
     deadline = dep_conditions.get("Progressing", {}).get("reason") == "ProgressDeadlineExceeded"
     placement = placement_problem(deployment, pods)
-    if crash:
+    if deployment is None:  # the first visit: nothing is known yet about pods
+        degraded = condition(C.DEGRADED, "Unknown", C.CREATING, "Not known until the Deployment's pods exist.", generation)
+    elif crash:
         degraded = condition(C.DEGRADED, True, C.CRASH_LOOP, crash, generation)
     elif placement is not None and ready < desired:
         degraded = condition(C.DEGRADED, True, placement.reason, placement.message, generation)
@@ -130,7 +132,9 @@ def service_status(
     else:
         degraded = condition(C.DEGRADED, False, C.HEALTHY, "No crash-looping or unplaceable pods; rollout within its deadline.", generation)
 
-    if desired == 0:
+    if deployment is None:  # the first visit: Unknown, not False (nothing has failed)
+        ready_cond = condition(C.READY, "Unknown", C.CREATING, "The Deployment is being created.", generation)
+    elif desired == 0:
         ready_cond = condition(C.READY, False, C.SCALED_TO_ZERO, "The service has 0 replicas.", generation)
     elif current and ready >= desired and updated >= desired:
         ready_cond = condition(C.READY, True, C.AVAILABLE, f"{ready} of {desired} replicas ready.", generation)
