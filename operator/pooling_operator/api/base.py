@@ -54,14 +54,13 @@ ObjectDict = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE_UNKNOWN)
 
 
 class Spec(BaseModel):
-    """Base of every spec block: camelCase aliases, unknown fields rejected, values validated on assignment."""
+    """Base of every spec block: camelCase aliases, unknown fields rejected, frozen once validated."""
 
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
-        validate_assignment=True,
-        frozen=False,
+        frozen=True,  # parsed specs are values: nothing changes them after validation
     )
 
     def wire(self) -> dict[str, Any]:

@@ -351,9 +351,9 @@ def simulate(resource: Service, policy: AutoscalingPolicySpec | None, trace: Tra
         if name == "hpa-queue":
             chosen: Policy = hpa_queue(setup.targets.min_replicas, setup.targets.effective_max)
         elif name == "keda":
-            as_keda = resource.model_copy(deep=True)
-            assert as_keda.spec.autoscaling is not None
-            as_keda.spec.autoscaling.backend = "keda"
+            assert resource.spec.autoscaling is not None
+            keda_autoscaling = resource.spec.autoscaling.model_copy(update={"backend": "keda"})
+            as_keda = resource.model_copy(update={"spec": resource.spec.model_copy(update={"autoscaling": keda_autoscaling})})
             chosen = keda(scaled_object(as_keda, policy), setup.queries)
         else:
             chosen = oracle
