@@ -228,3 +228,13 @@ def test_first_visit_is_unknown_not_false() -> None:
     conds = {x["type"]: x for x in st["conditions"]}
     assert (conds[READY]["status"], conds[READY]["reason"]) == ("Unknown", CREATING)
     assert (conds[DEGRADED]["status"], conds[DEGRADED]["reason"]) == ("Unknown", CREATING)
+
+
+def test_first_visit_announces_only_bad_news_and_validity() -> None:
+    from pooling_operator.status import conditions as C
+
+    first = [C.condition(C.READY, "Unknown", C.CREATING, "creating", 1), C.condition(C.SPEC_VALID, False, C.CHILD_REJECTED, "no", 1),
+             C.condition(C.DEGRADED, "Unknown", C.CREATING, "?", 1)]  # fmt: skip
+    assert C.announced(None, first) == [("Warning", C.CHILD_REJECTED, "SpecValid is False: no")]
+    later = [C.condition(C.READY, True, C.AVAILABLE, "1 of 1", 1), *first[1:]]
+    assert C.announced(first, later) == [("Normal", C.AVAILABLE, "Ready is True: 1 of 1")]

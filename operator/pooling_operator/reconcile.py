@@ -398,11 +398,8 @@ async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any],
     }
     await ctx.kube.apply(patch, subresource="status")
     WRITES.labels(body["kind"], "status").inc()
-    first_visit = not old.get("conditions")
-    for cond in conditions.flips(old.get("conditions"), new["conditions"]):
-        if first_visit and cond["status"] == "False" and cond["type"] in (C.READY, C.PROGRESSING, C.DEGRADED, C.SUCCEEDED, C.FAILED):
-            continue  # the first visit: nothing flipped yet, no noise
-        await ctx.kube.event(body, conditions.event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}")
+    for kind, reason, message in conditions.announced(old.get("conditions"), new["conditions"]):
+        await ctx.kube.event(body, kind, reason, message)
 
 
 async def reconcile_policies(ctx: Context, policy_bodies: list[dict[str, Any]], services: list[dict[str, Any]]) -> None:

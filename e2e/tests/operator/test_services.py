@@ -394,7 +394,11 @@ def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlan
 
     obj = wait_for(refused, timeout=60, what="SpecValid=False ChildRejected")
     assert "Bogus" in cond(obj, "SpecValid")["message"]
-    assert any(e["reason"] == "ChildRejected" and e["type"] == "Warning" for e in events(cluster, namespace, "tol"))
+    # the Warning event is posted after the status write: wait for it, do not race it
+    wait_for(
+        lambda: any(e["reason"] == "ChildRejected" and e["type"] == "Warning" for e in events(cluster, namespace, "tol")),
+        timeout=30, what="a ChildRejected Warning event",
+    )
 
 
 def test_autoscaling_takes_over_the_replica_count(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:

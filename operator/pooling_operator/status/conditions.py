@@ -107,6 +107,22 @@ def flips(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[d
     return [c for c in new if previous.get(c["type"]) != c["status"]]
 
 
+_QUIET_ON_FIRST_VISIT = (READY, PROGRESSING, DEGRADED, SUCCEEDED, FAILED)
+
+
+def announced(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The events a status change posts, as (type Normal|Warning, reason, message): one per flipped condition,
+    except on the first visit, where a lifecycle condition that is False or Unknown has not flipped from
+    anything (no noise for a resource that is merely new)."""
+    first_visit = not old
+    out = []
+    for cond in flips(old, new):
+        if first_visit and cond["status"] in ("False", "Unknown") and cond["type"] in _QUIET_ON_FIRST_VISIT:
+            continue
+        out.append((event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}"))
+    return out
+
+
 def event_type(cond: dict[str, Any]) -> str:
     """Warning for a flip into bad news, Normal otherwise."""
     bad = (cond["type"] in _BAD_WHEN_TRUE and cond["status"] == "True") or (
