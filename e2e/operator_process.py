@@ -100,24 +100,30 @@ class OperatorProcess:
 RBAC = REPO_ROOT / "deploy" / "rbac.yaml"
 
 
-def least_privilege_kubeconfig(cluster: ControlPlane, hours: int = 4) -> Path:
-    """A kubeconfig that authenticates as the operator's ServiceAccount of deploy/rbac.yaml (a TokenRequest
-    token), so the operator under test has exactly the permissions the deployment grants."""
+def token_kubeconfig(cluster: ControlPlane, namespace: str, service_account: str, path: Path, hours: int = 4) -> Path:
+    """A kubeconfig at ``path`` that authenticates as a ServiceAccount with a TokenRequest token (so a process
+    run with it has exactly that account's permissions)."""
     import yaml
 
-    cluster.kubectl("apply", "--server-side", "-f", str(RBAC))
     api = cluster.api
     assert api is not None
-    wait_for(lambda: api.request("GET", "/api/v1/namespaces/vllm-pooling-operator/serviceaccounts/vllm-pooling-operator")[0] == 200,
-             timeout=30, what="operator ServiceAccount")
+    wait_for(lambda: api.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}")[0] == 200,
+             timeout=30, what=f"ServiceAccount {namespace}/{service_account}")
     status, body = api.request(
-        "POST", "/api/v1/namespaces/vllm-pooling-operator/serviceaccounts/vllm-pooling-operator/token",
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
         {"spec": {"expirationSeconds": hours * 3600}},
     )
     assert status == 201, body
     config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     user = config["contexts"][0]["context"]["user"]
     config["users"] = [{"name": user, "user": {"token": body["status"]["token"]}}]
-    path = Path(cluster.run_dir) / "operator-sa.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def least_privilege_kubeconfig(cluster: ControlPlane, hours: int = 4) -> Path:
+    """A kubeconfig that authenticates as the operator's ServiceAccount of deploy/rbac.yaml, so the operator
+    under test has exactly the permissions the deployment grants."""
+    cluster.kubectl("apply", "--server-side", "-f", str(RBAC))
+    path = Path(cluster.run_dir) / "operator-sa.kubeconfig"
+    return token_kubeconfig(cluster, "vllm-pooling-operator", "vllm-pooling-operator", path, hours)

@@ -52,12 +52,27 @@ def test_this_release_renders_the_recorded_pod_templates(capsys) -> None:
     )
 
 
-def test_a_release_that_rolls_pods_says_so_in_the_upgrade_notes() -> None:
-    record = json.loads(RECORD.read_text())
+def unannounced_rolls(record: dict[str, dict[str, str]], notes: str) -> dict[str, list[str]]:
+    """Releases whose pod templates differ from the release before and whose upgrade note (`- vX:` ...)
+    does not say that pods roll: {release: the templates that changed}."""
     releases = sorted(record, key=Version)
-    notes = ROOT.joinpath("README.md").read_text().split("### Upgrade notes", 1)[1].split("\n## ", 1)[0]
+    out = {}
     for before, after in itertools.pairwise(releases):
         rolled = sorted(k for k in record[after] if k in record[before] and record[before][k] != record[after][k])
-        if rolled:
-            note = re.search(rf"^- v{re.escape(after)}:(.*(?:\n  .*)*)", notes, re.M)
-            assert note and "roll" in note.group(1), f"v{after} rolls {rolled}: the README's upgrade notes must say so"
+        note = re.search(rf"^- v{re.escape(after)}:(.*(?:\n  .*)*)", notes, re.M)
+        if rolled and not (note and "roll" in note.group(1)):
+            out[after] = rolled
+    return out
+
+
+def test_a_release_that_rolls_pods_says_so_in_the_upgrade_notes() -> None:
+    notes = ROOT.joinpath("README.md").read_text().split("### Upgrade notes", 1)[1].split("\n## ", 1)[0]
+    assert unannounced_rolls(json.loads(RECORD.read_text()), notes) == {}
+
+
+def test_the_upgrade_note_check_catches_a_silent_roll() -> None:
+    record = {"0.1.0": {"Deployment/a/b": "sha256:1", "Deployment/a/c": "sha256:2"},
+              "0.2.0": {"Deployment/a/b": "sha256:9", "Deployment/a/c": "sha256:2"}}  # fmt: skip
+    assert unannounced_rolls(record, "- v0.1.0: first\n") == {"0.2.0": ["Deployment/a/b"]}
+    assert unannounced_rolls(record, "- v0.2.0: b's pods roll once:\n  the new flag\n") == {}
+    assert unannounced_rolls({**record, "0.2.0": record["0.1.0"]}, "") == {}

@@ -53,17 +53,6 @@ def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[s
     return doc
 
 
-def base_env(rt: Runtime) -> dict[str, str]:
-    """Env every pod process gets beneath its own (the state file lists which names were added): the runtime
-    on PATH, offline Hugging Face, and a 1 GiB CPU KV cache so two servers fit on this machine."""
-    return {
-        "PATH": f"{rt.bin}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
-        "VIRTUAL_ENV": str(rt.venv),
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
-
-
 class PodRunner:
     def __init__(
         self, cluster: ControlPlane, rt: Runtime, *, node: str = DEFAULT_NODE, name: str = "pod-runner", detached: bool = False
@@ -83,7 +72,7 @@ class PodRunner:
             "--state-dir", str(self.state_dir),
             "--claim", f"{MODEL_CLAIM}={rt.root / 'models'}",
             *[f"--hub-model={m.repo_id}={rt.model_dir(m)}@{m.revision}" for m in MODELS],
-            *[f"--env={k}={v}" for k, v in base_env(rt).items()],
+            *[f"--env={k}={v}" for k, v in rt.env().items()],  # beneath each container's own env
         ]  # fmt: skip
 
     def start(self, timeout: float = 60) -> PodRunner:

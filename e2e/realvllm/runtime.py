@@ -121,7 +121,9 @@ class Runtime:
         return self.manifest.is_file() and self.python.is_file()
 
     def env(self) -> dict[str, str]:
-        """The environment the oracles and tools run with here: offline, a small CPU KV cache."""
+        """The environment every process of the runtime gets here (the oracles, the tools, and beneath each
+        container's own env the pod runner's pods): the runtime on PATH, offline, and a 1 GiB CPU KV cache
+        so that two servers fit on this machine."""
         return {
             "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "VIRTUAL_ENV": str(self.venv),

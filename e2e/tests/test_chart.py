@@ -126,3 +126,16 @@ def test_chart_readme_lists_every_value() -> None:
     readme = (CHART / "README.md").read_text()
     table = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")]
     assert table == keys
+
+
+def test_chart_registers_every_path_the_operator_serves(helm: Path) -> None:
+    from pooling_operator.handlers.admission import WEBHOOK_PATHS
+
+    for sets, key in (([], "service"), (["webhook.url=https://127.0.0.1:9443"], "url")):
+        [cfg] = [d for d in template(helm, *sets) if d["kind"] == "ValidatingWebhookConfiguration"]
+        got = {}
+        for hook in cfg["webhooks"]:
+            [rule] = hook["rules"]
+            where = hook["clientConfig"][key]
+            got[rule["resources"][0]] = where["path"] if key == "service" else where.removeprefix("https://127.0.0.1:9443")
+        assert got == WEBHOOK_PATHS

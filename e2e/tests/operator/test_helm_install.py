@@ -22,7 +22,7 @@ import yaml
 
 from e2e import build
 from e2e.controlplane import REPO_ROOT, ClusterConfig, ControlPlane, _free_ports, wait_for
-from e2e.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess, token_kubeconfig
 from e2e.tests.operator.test_webhook import INVALID as WEBHOOK_INVALID
 
 pytestmark = pytest.mark.timeout(900)
@@ -61,19 +61,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         cp.stop()
 
 
-def sa_kubeconfig(e: Env) -> Path:
-    status, body = e.cp.api.request(  # type: ignore[union-attr]
-        "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{FULLNAME}/token", {"spec": {"expirationSeconds": 7200}}
-    )
-    assert status == 201, body
-    config = yaml.safe_load(Path(e.cp.kubeconfig).read_text())
-    user = config["contexts"][0]["context"]["user"]
-    config["users"] = [{"name": user, "user": {"token": body["status"]["token"]}}]
-    path = e.tmp / "chart-sa.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def chart_operator(e: Env) -> OperatorProcess:
     """The operator as the chart's pod would run it: the chart's ServiceAccount, its webhook certificate."""
     secret = e.get("secret", f"{FULLNAME}-webhook-cert", "-n", NS)
@@ -83,7 +70,7 @@ def chart_operator(e: Env) -> OperatorProcess:
     for key in ("tls.crt", "tls.key"):
         (certs / key).write_bytes(base64.b64decode(secret["data"][key]))
     return OperatorProcess(
-        e.cp, "chart-operator", kubeconfig=sa_kubeconfig(e), standalone=False, lease_namespace=NS,
+        e.cp, "chart-operator", kubeconfig=token_kubeconfig(e.cp, NS, FULLNAME, e.tmp / "chart-sa.kubeconfig", hours=2), standalone=False, lease_namespace=NS,
         extra=["--webhook-port", str(e.webhook_port), "--webhook-bind", "127.0.0.1", "--webhook-cert-dir", str(certs)],
     )  # fmt: skip
 
