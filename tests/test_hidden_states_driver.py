@@ -356,7 +356,7 @@ def test_progress_is_one_merge_patched_key_of_the_configmap(monkeypatch: pytest.
         async def request(self, method: str, path: str, **kwargs: object) -> None:
             calls.append((method, path, kwargs))
 
-        def close(self) -> None:
+        async def close(self) -> None:
             pass
 
     writer = ProgressConfigMap("demo-progress", "research", kube=RecordingKube())  # type: ignore[arg-type]

@@ -125,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.webhook_port:
         import pooling_operator.handlers.admission  # noqa: F401  (registers the validating webhook)
     from pooling_operator.k8s.api import Kube
+    from pooling_operator.k8s.cache import Cache
     from pooling_operator.reconcile import Context
     from pooling_operator.runtime import Leadership, Runtime
 
@@ -133,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port, addr=args.bind)
     identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"
     kube = Kube()
-    ctx = Context(kube=kube, settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []), identity=identity)
+    ctx = Context(kube=kube, cache=Cache(), settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []), identity=identity)
     leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
     memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership), webhook=None)
     if args.webhook_port:

@@ -1,7 +1,10 @@
 """parse -> build -> apply -> prune -> observe -> status, one function per kind, blind to which event fired.
 
-Level-based: everything is derived from the resource's spec and the children observed now. Writes happen
-only where observed differs from desired, so a steady resync sends no mutating request.
+Level-based: everything is derived from the resource's spec and the children observed now, as the watch-fed
+cache (`k8s/cache.py`) holds them: a reconcile reads nothing from the API server (but a Namespace's labels when
+a policy selects namespaces, and a Job's refusal events while it has no pod). Writes happen only where observed
+differs from desired, and what was validated and built is kept per resource until its spec, labels or policy
+change, so a reconcile of an unchanged resource serialises nothing.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from pooling_operator.api.services import AutoscalingSpec
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.autoscaling.scale import clear_status
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.builders.common import selector_labels
 from pooling_operator.builders.diff import needs_apply, with_hash
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, KINDS, ApiError, Kube
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
+from pooling_operator.k8s.cache import Cache, owner_key, replica_managers
 from pooling_operator.status import conditions
 from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import job_status
@@ -60,18 +63,21 @@ class Context:
     """What a reconcile needs besides the object: the API, operator settings and the known policies."""
 
     kube: Kube
+    cache: Cache = field(default_factory=Cache)
     settings: Settings = field(default_factory=Settings)
     operator_image: str | None = None
     namespaces: list[str] = field(default_factory=list)
     identity: str = ""
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
+    memo: dict[str, Built] = field(default_factory=dict)  # uid -> what its spec validated and built to
     autoscaler: Autoscaler | None = None
 
-    def lock(self, uid: str) -> asyncio.Lock:
-        return self.locks.setdefault(uid, asyncio.Lock())
+    def forget(self, uid: str) -> None:
+        """Drop the per-object state of a resource that is gone."""
+        self.memo.pop(uid, None)
+        self.warned = {w for w in self.warned if w[0] != uid}
 
     def background(self, coro: Any) -> None:
         """Run a coroutine on the loop, keeping a reference so it is not garbage-collected mid-flight."""
@@ -106,37 +112,76 @@ def _ref(obj: dict[str, Any]) -> str:
 
 
 async def reconcile_service(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, Any]:
-    """Bring a resource (PoolingService, ScoringService, HiddenStateJob) and its children to the desired
-    state; returns the status."""
+    """Bring a resource (PoolingService, ScoringService, HiddenStateJob), as the cache holds it, and its
+    children to the desired state; returns the status. The caller never runs two reconciles of one resource
+    at once (the work queue)."""
     kind = body.get("kind", "?")
     started = time.monotonic()
-    async with ctx.lock(body["metadata"]["uid"]):
-        try:
-            # The event's copy may predate our last status write (events queue while we hold the lock):
-            # read the object now so conditions and events are computed from what is really stored.
-            fresh = await ctx.kube.get(KINDS[kind], body["metadata"].get("namespace"), body["metadata"]["name"])
-            if fresh is None or fresh["metadata"].get("uid") != body["metadata"]["uid"]:
-                raise Gone(f"{kind} {body['metadata']['name']} no longer exists")
-            if kind == "HiddenStateJob":
-                status = await _reconcile_job(ctx, fresh)
-            else:
-                status = await _reconcile_service(ctx, fresh, policies)
-        except ApiError as exc:
-            if not _is_gone(exc):
-                RECONCILES.labels(kind, "error").inc()
-                raise
-            RECONCILES.labels(kind, "gone").inc()
-            raise Gone(str(exc)) from exc
-        except InvalidSpec:
-            RECONCILES.labels(kind, "invalid").inc()
+    try:
+        if kind == "HiddenStateJob":
+            status = await _reconcile_job(ctx, body)
+        else:
+            status = await _reconcile_service(ctx, body, policies)
+    except ApiError as exc:
+        if not _is_gone(exc):
+            RECONCILES.labels(kind, "error").inc()
             raise
-        except Gone:
-            RECONCILES.labels(kind, "gone").inc()
-            raise
-        finally:
-            DURATION.labels(kind).observe(time.monotonic() - started)
+        RECONCILES.labels(kind, "gone").inc()
+        raise Gone(str(exc)) from exc
+    except InvalidSpec:
+        RECONCILES.labels(kind, "invalid").inc()
+        raise
+    finally:
+        DURATION.labels(kind).observe(time.monotonic() - started)
     RECONCILES.labels(kind, "ok").inc()
     return status
+
+
+@dataclass(frozen=True)
+class Built:
+    """A resource's spec validated and built, for the inputs in `key`, `policies` and `labels`."""
+
+    key: tuple[Any, ...]
+    policies: dict[str, AutoscalingPolicySpec]
+    labels: dict[str, str] | None
+    resource: PoolingService | ScoringService | HiddenStateJob | None
+    problems: list[Problem]  # the spec's own
+    policy: AutoscalingPolicySpec | None = None
+    policy_problems: list[Problem] = field(default_factory=list)
+    desired: list[dict[str, Any]] = field(default_factory=list)  # with their applied-hash annotation
+    argv: list[str] = field(default_factory=list)  # the serving container's command line
+
+    def fits(self, key: tuple[Any, ...], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None) -> bool:
+        return self.key == key and self.policies == policies and self.labels == labels
+
+
+def _built(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None) -> Built:
+    """Validate and build once per spec (generation), labels, annotations, policies and namespace labels."""
+    meta = body["metadata"]
+    key = (meta.get("generation"), meta.get("resourceVersion") if not meta.get("generation") else None,
+           tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
+    known = ctx.memo.get(meta["uid"])
+    if known is not None and known.fits(key, policies, labels):
+        return known
+    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies), labels)
+    resource = result.resource
+    built = Built(key, dict(policies), labels, resource, result.errors)
+    if not result.errors and resource is not None:
+        policy: AutoscalingPolicySpec | None = None
+        policy_problems: list[Problem] = []
+        if isinstance(resource, PoolingService | ScoringService):
+            policy, policy_problems = _policy(resource, policies, labels)
+        version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
+        build_ctx = BuildContext(policy=policy, **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+        desired = [with_hash(o) for o in build(resource, contract(version), build_ctx)] if not policy_problems else []  # type: ignore[arg-type]
+        argv: list[str] = []
+        workload = next((o for o in desired if o["kind"] == "Deployment"), None)
+        if workload is not None:
+            container = workload["spec"]["template"]["spec"]["containers"][0]
+            argv = [*container["command"], *container["args"]]
+        built = Built(key, dict(policies), labels, resource, [], policy, policy_problems, desired, argv)
+    ctx.memo[meta["uid"]] = built
+    return built
 
 
 async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, Any]:
@@ -146,17 +191,13 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error. The
     # namespace's labels decide which policies apply (namespaceSelector), for the rules and the autoscaler alike.
     labels = await _namespace_labels(ctx, meta.get("namespace"), policies)
-    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies), labels)
-    problems = result.errors
-    resource = result.resource
-    reason = C.INVALID_SPEC
-    policy: AutoscalingPolicySpec | None = None
+    built = _built(ctx, body, policies, labels)
+    resource = built.resource
+    problems, reason = built.problems, C.INVALID_SPEC
     if not problems and isinstance(resource, PoolingService):
-        problems = _embedding_space_problems(resource, old_status)
-        reason = C.EMBEDDING_SPACE_CHANGED
-    if not problems and isinstance(resource, PoolingService | ScoringService):
-        policy, problems = _policy(resource, policies, labels)
-        reason = C.POLICY_NOT_ALLOWED
+        problems, reason = _embedding_space_problems(resource, old_status), C.EMBEDDING_SPACE_CHANGED
+    if not problems and built.policy_problems:
+        problems, reason = built.policy_problems, C.POLICY_NOT_ALLOWED
     if problems or resource is None:
         status = invalid_status(generation, problems, reason if resource is not None else C.INVALID_SPEC)
         if old_status.get("embeddingSpace"):
@@ -168,21 +209,18 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
 
     version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
     c = contract(version)  # type: ignore[arg-type]
-    build_ctx = BuildContext(policy=policy, **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
-    desired = build(resource, c, build_ctx)
-    observed = await _observe_children(ctx, body, SERVICE_CHILDREN)
-    current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
+    key = owner_key(body)
+    observed = ctx.cache.children_of(key, SERVICE_CHILDREN, meta["uid"])
+    current = await _converge_or_refuse(ctx, body, old_status, built.desired, observed)
 
     deployment = current.get(("Deployment", meta["name"]))
-    pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
-    container = next(o for o in desired if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    argv = [*container["command"], *container["args"]]
-    status = service_status(resource, c, argv, deployment, pods)
+    pods = ctx.cache.pods_of(key)
+    status = service_status(resource, c, built.argv, deployment, pods)
     degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
     await _write_status(ctx, body, old_status, status)
     autoscaling = resource.spec.autoscaling
     if ctx.autoscaler is not None and autoscaling is not None:
-        ctx.autoscaler.track(resource, policy)
+        ctx.autoscaler.track(resource, built.policy)
     if autoscaling is None or autoscaling.backend != "operator":
         await _stop_autoscaling(ctx, body, keep_tracking=autoscaling is not None)
     if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
@@ -197,20 +235,18 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
 async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     old_status = body.get("status") or {}
-    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings)
-    if not result.ok or result.resource is None:
-        await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), result.errors))
-        raise InvalidSpec(result.errors)
-    resource = result.resource
+    built = _built(ctx, body, {}, None)
+    if built.problems or built.resource is None:
+        await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), built.problems))
+        raise InvalidSpec(built.problems)
+    resource = built.resource
     assert isinstance(resource, HiddenStateJob)
-    version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
-    build_ctx = BuildContext(**({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
-    desired = build(resource, contract(version), build_ctx)  # type: ignore[arg-type]
-    observed = await _observe_children(ctx, body, JOB_CHILDREN)
-    current = await _converge_or_refuse(ctx, body, old_status, desired, observed)
+    key = owner_key(body)
+    observed = ctx.cache.children_of(key, JOB_CHILDREN, meta["uid"])
+    current = await _converge_or_refuse(ctx, body, old_status, built.desired, observed)
     job = current.get(("Job", meta["name"]))
     configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
-    pods = await ctx.kube.list(KINDS["Pod"], meta.get("namespace"), selector_labels(meta["name"], body["kind"]))
+    pods = ctx.cache.pods_of(key)
     refusals: list[dict[str, Any]] = []
     if job is not None and not pods and not (job.get("status") or {}).get("active"):
         # No pod at all: ask whether the Job controller was refused (quota, PodSecurity); one read, only then.
@@ -272,22 +308,6 @@ def _embedding_space_problems(resource: PoolingService, old_status: dict[str, An
     return [Problem("spec.embeddingSpace", M.EMBEDDING_SPACE)]
 
 
-def _owned_by(obj: dict[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
-
-
-async def _observe_children(ctx: Context, body: dict[str, Any], kinds: tuple[str, ...]) -> dict[tuple[str, str], dict[str, Any]]:
-    meta = body["metadata"]
-    selector = selector_labels(meta["name"], body["kind"])
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    lists = await asyncio.gather(*(ctx.kube.list(KINDS[k], meta.get("namespace"), selector) for k in kinds))
-    for items in lists:
-        for obj in items:
-            if _owned_by(obj, meta["uid"]):
-                found[(obj["kind"], obj["metadata"]["name"])] = obj
-    return found
-
-
 async def _converge_or_refuse(
     ctx: Context, body: dict[str, Any], old_status: dict[str, Any], desired: list[dict[str, Any]],
     observed: dict[tuple[str, str], dict[str, Any]],
@@ -318,10 +338,12 @@ def _server_message(exc: ApiError) -> str:
 async def _converge(
     ctx: Context, body: dict[str, Any], desired: list[dict[str, Any]], observed: dict[tuple[str, str], dict[str, Any]]
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """Apply what differs, delete what is no longer desired; returns the children as they are now."""
+    """Apply what differs (`desired` carries the applied-hash annotation), delete what is no longer desired;
+    returns the children as they are now. Every write is remembered by the cache until the watch shows it."""
+    uid = body["metadata"]["uid"]
     current = dict(observed)
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-    for obj in map(with_hash, desired):
+    for obj in desired:
         key = (obj["kind"], obj["metadata"]["name"])
         have = observed.get(key)
         if have is not None and obj["kind"] == "Job":
@@ -332,6 +354,7 @@ async def _converge(
             await _hand_over_replicas(ctx, obj, have)
         try:
             current[key] = await ctx.kube.apply(obj)
+            ctx.cache.wrote(current[key], parent=uid)
         except ApiError as exc:
             if exc.status == 404 and obj["kind"] in ("ServiceMonitor", "PodMonitor", "ScaledObject"):
                 if (body["metadata"]["uid"], obj["kind"]) not in ctx.warned:
@@ -347,6 +370,7 @@ async def _converge(
         if key in wanted:
             continue
         await ctx.kube.delete(obj)
+        ctx.cache.deleted(obj, parent=uid)
         current.pop(key, None)
         WRITES.labels(obj["kind"], "deleted").inc()
         log.info("Deleted %s", _ref(obj))
@@ -354,17 +378,10 @@ async def _converge(
     return current
 
 
-def _owns_replicas(obj: dict[str, Any], manager: str) -> bool:
-    for entry in obj["metadata"].get("managedFields") or []:
-        if entry.get("manager") == manager and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
-            return True
-    return False
-
-
 async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: dict[str, Any]) -> None:
     """When autoscaling takes over, give the current replica count to the autoscaler's field manager
     before we stop setting it; otherwise dropping the field would reset the Deployment to 1 replica."""
-    if "replicas" in desired["spec"] or not _owns_replicas(observed, FIELD_MANAGER_NAME):
+    if "replicas" in desired["spec"] or FIELD_MANAGER_NAME not in replica_managers(observed):
         return
     meta = observed["metadata"]
     scale = {
@@ -396,7 +413,8 @@ async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any],
         "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
         "status": new,
     }
-    await ctx.kube.apply(patch, subresource="status")
+    written = await ctx.kube.apply(patch, subresource="status")
+    ctx.cache.wrote(written)
     WRITES.labels(body["kind"], "status").inc()
     for kind, reason, message in conditions.announced(old.get("conditions"), new["conditions"]):
         await ctx.kube.event(body, kind, reason, message)

@@ -84,7 +84,7 @@ def test_driver_reports_progress_with_only_its_role(cluster: ControlPlane, opera
     nothing else; the operator turns the report into status."""
     import asyncio
 
-    from kubernetes import client
+    from kubernetes_asyncio import client
 
     from pooling_operator.k8s.api import KINDS, ApiError, Kube
     from pooling_operator.k8s.progress import ProgressConfigMap
@@ -97,20 +97,24 @@ def test_driver_reports_progress_with_only_its_role(cluster: ControlPlane, opera
     status, token = cluster.api.request(  # type: ignore[union-attr]
         "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/progress/token", {"spec": {"expirationSeconds": 600}})
     assert status == 201, token
-    config = client.Configuration(host=cluster.server, api_key={"authorization": token["status"]["token"]}, api_key_prefix={"authorization": "Bearer"})
+    config = client.Configuration(host=cluster.server, api_key={"BearerToken": token["status"]["token"]}, api_key_prefix={"BearerToken": "Bearer"})
     config.ssl_ca_cert = str(cluster.pki["ca.crt"])
-    kube = Kube(client.ApiClient(config))
-    try:
-        asyncio.run(ProgressConfigMap("progress-progress", namespace, kube).write(
-            "shard-1", json.dumps({"state": "running", "done": 7, "failed": 2, "bytes": 4096})))
-        with pytest.raises(ApiError) as denied:
-            asyncio.run(ProgressConfigMap("something-else", namespace, kube).write("shard-1", "{}"))
-        assert denied.value.status == 403
-        with pytest.raises(ApiError) as denied_read:
-            asyncio.run(kube.get(KINDS["Job"], namespace, "progress"))
-        assert denied_read.value.status == 403
-    finally:
-        kube.close()
+
+    async def as_the_job() -> tuple[ApiError, ApiError]:
+        kube = Kube(config)
+        try:
+            await ProgressConfigMap("progress-progress", namespace, kube).write(
+                "shard-1", json.dumps({"state": "running", "done": 7, "failed": 2, "bytes": 4096}))
+            with pytest.raises(ApiError) as denied:
+                await ProgressConfigMap("something-else", namespace, kube).write("shard-1", "{}")
+            with pytest.raises(ApiError) as denied_read:
+                await kube.get(KINDS["Job"], namespace, "progress")
+            return denied.value, denied_read.value
+        finally:
+            await kube.close()
+
+    denied, denied_read = asyncio.run(as_the_job())
+    assert denied.status == 403 and denied_read.status == 403
 
     def aggregated() -> dict[str, Any] | None:
         obj = get(cluster, f"{API}/namespaces/{namespace}/hiddenstatejobs/progress")

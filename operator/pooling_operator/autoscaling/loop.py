@@ -31,9 +31,10 @@ from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Decision, Observ
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.builders.common import MANAGED_LABELS, gpu_count, selector_labels
+from pooling_operator.builders.common import gpu_count
 from pooling_operator.builders.services import service_queries
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube
+from pooling_operator.k8s.cache import Cache
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.metrics import Queries
 
@@ -95,6 +96,7 @@ class Autoscaler:
     def __init__(
         self,
         kube: Kube,
+        cache: Cache,
         leading: Callable[[], Awaitable[bool]],
         *,
         period: float = PERIOD_SECONDS,
@@ -102,6 +104,7 @@ class Autoscaler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self.cache = cache
         self.leading = leading
         self.period = period
         self.default_prometheus = PrometheusSpec(url=default_prometheus_url)
@@ -170,11 +173,11 @@ class Autoscaler:
 
     async def tick(self, namespace: str) -> list[tuple[Tracked, Decision]]:
         """One decision for every autoscaled service of the namespace, with the GPU budget shared out."""
-        deployments = {d["metadata"]["name"]: d for d in await self.kube.list(KINDS["Deployment"], namespace, MANAGED_LABELS)}
+        deployments = {d["metadata"]["name"]: d for d in self.cache.in_namespace("Deployment", namespace)}
         reads = [r for r in await asyncio.gather(*(self._read_safely(s, deployments) for s in self._in(namespace))) if r is not None]
         now = self.clock()
         decided: list[tuple[Read, Decision]] = []
-        # What the namespace's autoscaled Deployments hold now, read from the API server (not from memory: after
+        # What the namespace's autoscaled Deployments hold now, as watched (not from the services tracked: after
         # a restart, or for a service whose spec just turned invalid, the Deployments still hold their GPUs).
         used = sum(_replicas(d) * _gpus(d) for d in deployments.values() if _autoscaled(d))
         growing: list[Read] = []
@@ -213,13 +216,13 @@ class Autoscaler:
             return None
 
     async def _read(self, s: Tracked, deployment: dict[str, Any] | None) -> Read | None:
-        body = await self.kube.get(KINDS[s.kind], s.namespace, s.name)
+        body = self.cache.owner((s.kind, s.namespace, s.name))
         if body is None or body["metadata"].get("uid") != s.uid or body["metadata"].get("deletionTimestamp"):
             self.untrack(s.uid)
             return None
         if deployment is None:
             return None  # the reconcile has not created it yet
-        pods = await self.kube.list(KINDS["Pod"], s.namespace, selector_labels(s.name, s.kind))
+        pods = self.cache.pods_of((s.kind, s.namespace, s.name))
         placement = placement_problem(deployment, pods)
         signals = await self._signals(s) if s.decides else None
         return Read(

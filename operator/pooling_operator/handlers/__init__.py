@@ -1,8 +1,11 @@
-"""The thin kopf layer: decorators hand events to the runtime; no logic here.
+"""The thin kopf layer: watches feed the cache's indexes and hand events to the runtime; no logic here.
 
-Importing this module registers the handlers with kopf's default registry. Every handler is an event handler
-(no finalizers, no kopf annotations on objects: kopf's change handlers and timers would add them), so deleting
-a resource works while the operator is down.
+Importing this module registers the handlers with kopf's default registry. Every kind in `api/kinds.py` that
+the operator owns, creates or watches gets one kopf index (what the cache reads) and one event handler (what
+enqueues its owner). kopf holds every handler until every index has its initial listing, so the first
+reconcile sees a full cache. Every handler is an event handler (no finalizers, no kopf annotations on
+objects: kopf's change handlers and timers would add them), so deleting a resource works while the operator
+is down.
 """
 
 from __future__ import annotations
@@ -12,36 +15,25 @@ from typing import Any
 
 import kopf
 
-from pooling_operator import GROUP, VERSION
-from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.kinds import KINDS
 from pooling_operator.builders.common import MANAGED_LABELS
+from pooling_operator.k8s.cache import Cache, index_key, project
 from pooling_operator.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 PREFIX = "operator.vllm-pooling.io"
 FINALIZER = f"{PREFIX}/finalizer"
-SERVICES = ("poolingservices", "scoringservices", "hiddenstatejobs")
-# Every kind the operator owns, and pods (status reads them): a child deleted or edited by hand is put back at
-# once, not at the next resync. Kinds whose CRD is absent (prometheus-operator, KEDA) are simply not served.
-CHILDREN = (
-    ("apps", "v1", "deployments"),
-    ("batch", "v1", "jobs"),
-    ("", "v1", "services"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "serviceaccounts"),
-    ("", "v1", "pods"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("rbac.authorization.k8s.io", "v1", "roles"),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    ("monitoring.coreos.com", "v1", "servicemonitors"),
-    ("monitoring.coreos.com", "v1", "podmonitors"),
-    ("keda.sh", "v1alpha1", "scaledobjects"),
-)
+# Kinds whose CRD is absent (prometheus-operator, KEDA) are simply not served: kopf skips them.
+WATCHED = tuple(k for k in KINDS.values() if k.role in ("owner", "child", "pod", "policy"))
+
+
+def _index_id(kind: str) -> str:
+    return f"index_{kind.lower()}"
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf's own bookkeeping lives in annotations under our prefix, never in the status we own.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key="last-handled-configuration")
@@ -56,6 +48,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         settings.admission.server = kopf.WebhookServer(**memo.webhook)
         settings.admission.managed = None
     runtime: Runtime = memo.runtime
+    # kopf passes every index to startup handlers, by id: the cache reads them from now on.
+    cache: Cache = runtime.ctx.cache
+    cache.owners = kwargs[_index_id("owner")]
+    cache.policy_index = kwargs[_index_id("AutoscalingPolicy")]
+    cache.children = {k.kind: kwargs[_index_id(k.kind)] for k in WATCHED if k.role in ("child", "pod")}
     await runtime.start()
 
 
@@ -64,50 +61,51 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     await memo.runtime.stop()
 
 
-@kopf.index(GROUP, VERSION, "autoscalingpolicies")
-def policies(name: str, spec: kopf.Spec, **_: Any) -> dict[str, AutoscalingPolicySpec]:
-    """Known policies by name, kept current by kopf's watch (what validation and builders read)."""
-    try:
-        return {name: AutoscalingPolicySpec.model_validate(dict(spec))}
-    except ValueError:
-        log.warning("Ignored AutoscalingPolicy %s: its spec does not parse", name)
-        return {}
-
-
-def _policies(index: kopf.Index[str, AutoscalingPolicySpec]) -> dict[str, AutoscalingPolicySpec]:
-    return {name: next(iter(store)) for name, store in index.items() if store}
-
-
 def _plain(body: kopf.Body) -> dict[str, Any]:
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": dict(body["metadata"]),
-        "spec": dict(body.get("spec") or {}),
-        "status": dict(body.get("status") or {}),
-    }
+    return {key: body[key] for key in body}  # a plain dict over kopf's raw one (values are the raw ones)
 
 
-for _plural in SERVICES:
-
-    # One level-based handler for every event of the resource: creation, change, our own status writes (a
-    # no-op then), deletion (state dropped).
-    @kopf.on.event(GROUP, VERSION, _plural)
-    async def reconcile_on_event(
-        body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], type: str | None, **_: Any
-    ) -> None:
-        await memo.runtime.on_resource(_plain(body), type == "DELETED", _policies(policies))
+def _stored(body: kopf.Body, **_: Any) -> dict[Any, dict[str, Any]]:
+    """An index function: the projected body under its owner's key (its own for an owner)."""
+    plain = _plain(body)
+    key = index_key(plain)
+    return {} if key is None else {key: project(plain)}
 
 
-for _group, _version, _child in CHILDREN:
-
-    @kopf.on.event(_group, _version, _child, labels=MANAGED_LABELS)
-    async def child_changed(body: kopf.Body, memo: kopf.Memo, policies: kopf.Index[str, AutoscalingPolicySpec], **_: Any) -> None:
-        await memo.runtime.on_child(dict(body), _policies(policies))
+def _policy_stored(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: project(_plain(body))}
 
 
-@kopf.on.event(GROUP, VERSION, "autoscalingpolicies")
-async def policy_changed(memo: kopf.Memo, **_: Any) -> None:
-    """A policy appeared, changed or went away: its services pick up the change now (not at the next resync),
-    and every policy's status counts the services that follow it."""
-    memo.runtime.request_resync()
+async def _owner_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    runtime.cache_synced()
+    runtime.on_owner(_plain(body), type == "DELETED")
+
+
+async def _child_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    runtime.cache_synced()
+    runtime.on_child(_plain(body), type == "DELETED")
+
+
+async def _policy_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    """A policy appeared, changed or went away: its services pick up the change now, and every policy's
+    status counts the services that follow it."""
+    runtime: Runtime = memo.runtime
+    runtime.cache_synced()
+    runtime.ctx.cache.observed(_plain(body), deleted=type == "DELETED")
+    runtime.on_policy()
+
+
+for _kind in WATCHED:
+    _args = (_kind.group, _kind.version, _kind.plural)
+    if _kind.role == "owner":
+        # All three owner kinds share one index (keyed by kind, namespace, name).
+        kopf.index(*_args, id=_index_id("owner"))(_stored)
+        kopf.on.event(*_args, id=f"event_{_kind.kind.lower()}")(_owner_event)
+    elif _kind.role == "policy":
+        kopf.index(*_args, id=_index_id(_kind.kind))(_policy_stored)
+        kopf.on.event(*_args, id="event_policy")(_policy_event)
+    else:
+        kopf.index(*_args, id=_index_id(_kind.kind), labels=MANAGED_LABELS)(_stored)
+        kopf.on.event(*_args, id=f"event_{_kind.kind.lower()}", labels=MANAGED_LABELS)(_child_event)

@@ -122,7 +122,7 @@ async def _run(config: Config, configmap: str) -> int:
         return EXIT_FAILED
     finally:
         if writer is not None:
-            writer.close()
+            await writer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

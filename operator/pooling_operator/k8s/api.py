@@ -1,8 +1,9 @@
-"""A small asynchronous facade over the kubernetes client: get, list, server-side apply, delete, status, events.
+"""The operator's only way to the API server: get, list, server-side apply, delete, status, events.
 
-The kubernetes client is blocking, so every call runs in a worker thread (asyncio.to_thread) and kopf's
-event loop never waits on the network. Transient failures (409, 429, 5xx, connection errors) raise
-TransientError so the caller can retry with backoff; everything else raises ApiError.
+Built on kubernetes_asyncio, on the same aiohttp and event loop as kopf: no worker threads, one connection
+pool, and the same kubeconfig / in-cluster loading (exec plugins, token rotation) as the official client.
+The facade speaks paths from the one kinds table (`api/kinds.py`) and classifies every failure in one place:
+TransientError (409, 429, 5xx, a broken connection, a timeout) is worth a retry with backoff; ApiError is not.
 """
 
 from __future__ import annotations
@@ -10,20 +11,37 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+import aiohttp
+from kubernetes_asyncio import client, config
+from prometheus_client import Counter
 
-from pooling_operator import GROUP
+from pooling_operator.api.kinds import KINDS, Kind, kind_of
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "vllm-pooling-operator"
 AUTOSCALER_FIELD_MANAGER = "vllm-pooling-operator-autoscaler"
+REQUEST_TIMEOUT_SECONDS = 30.0  # one request, connect to last byte; kopf's watches have their own
+__all__ = ["AUTOSCALER_FIELD_MANAGER", "FIELD_MANAGER", "KINDS", "ApiError", "Kind", "Kube", "TransientError", "kind_of"]
+
+
+REQUESTS = Counter("vllm_pooling_operator_api_requests", "Requests the operator sent to the API server (watches aside).",
+                   ["verb", "resource"])
+
+
+def verb_and_resource(method: str, path: str) -> tuple[str, str]:
+    """("list", "pods") for GET /api/v1/namespaces/x/pods, as the audit log names them."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = "/".join(rest[:1] + rest[2:3])  # plural, and a subresource after the name
+    named = len(rest) > 1
+    verb = {"GET": "get" if named else "list", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+    return verb, resource or "namespaces"
 
 
 class ApiError(Exception):
@@ -38,98 +56,65 @@ class TransientError(ApiError):
     """Worth retrying: a conflict, throttling, a server error or a broken connection."""
 
 
-@dataclass(frozen=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
+def classify(status: int, reason: str, body: str) -> ApiError:
+    """The one place an answer becomes an error: transient (retry) or not."""
+    cls = TransientError if status in (0, 409, 429) or status >= 500 else ApiError
+    return cls(status, reason, body)
 
 
-KINDS: dict[str, Kind] = {
-    k.kind: k
-    for k in (
-        Kind("apps/v1", "Deployment", "deployments"),
-        Kind("v1", "Service", "services"),
-        Kind("v1", "ServiceAccount", "serviceaccounts"),
-        Kind("v1", "ConfigMap", "configmaps"),
-        Kind("v1", "Pod", "pods"),
-        Kind("v1", "Secret", "secrets"),
-        Kind("v1", "Namespace", "namespaces", namespaced=False),
-        Kind("v1", "Event", "events"),
-        Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-        Kind("batch/v1", "Job", "jobs"),
-        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-        Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors"),
-        Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
-        Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects"),
-        Kind(f"{GROUP}/v1alpha1", "PoolingService", "poolingservices"),
-        Kind(f"{GROUP}/v1alpha1", "ScoringService", "scoringservices"),
-        Kind(f"{GROUP}/v1alpha1", "HiddenStateJob", "hiddenstatejobs"),
-        Kind(f"{GROUP}/v1alpha1", "AutoscalingPolicy", "autoscalingpolicies", namespaced=False),
-    )
-}
-
-
-def kind_of(obj: dict[str, Any]) -> Kind:
-    return KINDS[obj["kind"]]
-
-
-def load_client() -> client.ApiClient:
+async def load_configuration() -> client.Configuration:
     """In-cluster config when running in a pod, else KUBECONFIG / ~/.kube/config."""
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 32
-    return client.ApiClient(configuration)
+        await config.load_kube_config(client_configuration=configuration)
+    return configuration
 
 
 class Kube:
-    """The operator's only way to the API server."""
+    """Connects on first use, inside the running loop (aiohttp sessions belong to one)."""
 
-    def __init__(self, api_client: client.ApiClient | None = None) -> None:
-        self._client = api_client or load_client()
+    def __init__(self, configuration: client.Configuration | None = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+        self._configuration = configuration
+        self._client: client.ApiClient | None = None
+        self._connecting = asyncio.Lock()
+        self.timeout = timeout
 
-    def close(self) -> None:
-        self._client.close()
+    async def _api(self) -> client.ApiClient:
+        if self._client is None:
+            async with self._connecting:
+                if self._client is None:
+                    configuration = self._configuration or await load_configuration()
+                    configuration.connection_pool_maxsize = 32
+                    self._client = client.ApiClient(configuration)
+        return self._client
 
-    def _call(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, Any]] | None = None,
-              content_type: str = "application/json") -> Any:
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, Any]] | None = None,
+                      content_type: str = "application/json") -> Any:
+        api = await self._api()
+        REQUESTS.labels(*verb_and_resource(method, path)).inc()
         try:
-            _, url, headers, _, _ = self._client.param_serialize(
-                method, path, query_params=query or [], header_params={"Content-Type": content_type, "Accept": "application/json"},
-                auth_settings=["BearerToken"],
+            response = await api.call_api(
+                path, method, query_params=query or [], body=body, auth_settings=["BearerToken"],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                _preload_content=False, _request_timeout=self.timeout,
             )
-            response = self._client.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
-            data = response.read()
-        except ApiException as exc:
-            status = exc.status or 0
-            cls = TransientError if status in (0, 409, 429) or status >= 500 else ApiError
-            raise cls(status, exc.reason or "", str(exc.body or "")) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            async with response:
+                data = await response.read()
+                status, reason = response.status, response.reason or ""
+        except client.ApiException as exc:  # raised before the request left (bad parameters)
+            raise classify(exc.status or 0, exc.reason or "", str(exc.body or "")) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransientError(0, type(exc).__name__, str(exc)) from exc
-        if not 200 <= response.status < 300:
-            text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-            cls = TransientError if response.status in (409, 429) or response.status >= 500 else ApiError
-            raise cls(response.status, response.reason or "", text)
+        if not 200 <= status < 300:
+            raise classify(status, reason, data.decode(errors="replace"))
         return json.loads(data) if data else None
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self._call, method, path, **kwargs)
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:

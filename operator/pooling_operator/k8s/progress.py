@@ -41,21 +41,19 @@ class ProgressConfigMap:
         path = KINDS["ConfigMap"].path(self.namespace, self.name)
         await self._kube.request("PATCH", path, body={"data": {key: value}}, content_type="application/merge-patch+json")
 
-    def close(self) -> None:
-        self._kube.close()
+    async def close(self) -> None:
+        await self._kube.close()
 
 
 def progress_configmap(name: str) -> ProgressConfigMap | None:
     """The writer for ConfigMap ``name`` in this pod's namespace, or None (logged) when it cannot be had:
-    no name given, no namespace known, or no cluster credentials. Reporting is optional; the shard is not."""
+    no name given or no namespace known. Reporting is optional; the shard is not."""
     if not name:
         return None
     namespace = pod_namespace()
     if namespace is None:
         log.warning("Progress reporting is off: neither $POD_NAMESPACE nor a service account namespace is set")
         return None
-    try:
-        return ProgressConfigMap(name, namespace)
-    except Exception as exc:  # config errors of every shape; reporting must not stop the shard
-        log.warning("Progress reporting is off: no Kubernetes client (%s: %s)", type(exc).__name__, exc)
-        return None
+    # The client loads its credentials on the first write; a failure there is logged by the Reporter, which
+    # never lets reporting stop the shard.
+    return ProgressConfigMap(name, namespace)

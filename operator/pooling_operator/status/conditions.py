@@ -136,3 +136,18 @@ def split(conditions: list[dict[str, Any]] | None, types: tuple[str, ...]) -> tu
     mine = [c for c in conditions or [] if c.get("type") in types]
     rest = [c for c in conditions or [] if c.get("type") not in types]
     return mine, rest
+
+
+def settled(status: dict[str, Any]) -> bool:
+    """Nothing will change without an event: Ready, refused until the spec changes, or a finished job. A
+    resource that is starting, rolling out or degraded is not settled: its conditions may turn with time."""
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+
+    def true(kind: str) -> bool:
+        return (conds.get(kind) or {}).get("status") == "True"
+
+    if (conds.get(SPEC_VALID) or {}).get("status") == "False":
+        return True
+    if true(SUCCEEDED) or true(FAILED):
+        return True
+    return true(READY) and not true(DEGRADED) and not true(PROGRESSING)

@@ -1,0 +1,84 @@
+"""Every kind the operator reads or writes, once: API version, plural, scope, and what the operator does with it.
+
+Our own kinds take their plural and scope from `resources.KINDS` (which also drives the CRDs); the others are
+the Kubernetes and third-party kinds the operator creates as children or only reads. The API client's paths,
+the watches kopf runs and the caches they feed are all derived from this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pooling_operator import GROUP, VERSION
+from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
+
+Role = Literal["owner", "policy", "child", "pod", "read"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+    role: Role = "read"  # owner: reconciled; child: created and watched; pod: watched; read: read on demand
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+def _ours(kind: str, role: Role) -> Kind:
+    info = RESOURCE_KINDS[kind]
+    return Kind(f"{GROUP}/{VERSION}", kind, info.plural, info.namespaced, role)
+
+
+KINDS: dict[str, Kind] = {
+    k.kind: k
+    for k in (
+        _ours("PoolingService", "owner"),
+        _ours("ScoringService", "owner"),
+        _ours("HiddenStateJob", "owner"),
+        _ours("AutoscalingPolicy", "policy"),
+        Kind("apps/v1", "Deployment", "deployments", role="child"),
+        Kind("batch/v1", "Job", "jobs", role="child"),
+        Kind("v1", "Service", "services", role="child"),
+        Kind("v1", "ConfigMap", "configmaps", role="child"),
+        Kind("v1", "ServiceAccount", "serviceaccounts", role="child"),
+        Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", role="child"),
+        Kind("rbac.authorization.k8s.io/v1", "Role", "roles", role="child"),
+        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", role="child"),
+        Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", role="child"),
+        Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", role="child"),
+        Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", role="child"),
+        Kind("v1", "Pod", "pods", role="pod"),
+        Kind("v1", "Secret", "secrets"),
+        Kind("v1", "Namespace", "namespaces", namespaced=False),
+        Kind("v1", "Event", "events"),
+    )
+}
+
+OWNER_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "owner")
+CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
+# Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
+OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
+
+
+def kind_of(obj: dict[str, object]) -> Kind:
+    return KINDS[str(obj["kind"])]

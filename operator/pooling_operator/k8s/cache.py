@@ -1,0 +1,253 @@
+"""What the operator knows of the cluster without asking: watch-fed stores, plus its own recent writes.
+
+kopf's watches (one per kind in `api/kinds.py`) feed indexes keyed by the owning resource; kopf holds every
+handler until the initial listing of every indexed kind is in, so a reconcile never mistakes a cold cache for
+missing children. This module is pure: the indexes arrive as plain mappings of key -> stored values, and the
+handlers (the kopf layer) decide which body goes under which key with `owner_key`, `owning_key` and `project`.
+
+A watch event follows a write by a few milliseconds, and a reconcile may run in between. So every write the
+operator makes is remembered (`wrote`, `deleted`) until the watch has caught up with it: reads return the
+newer of the watched and the written copy, by resourceVersion, and a deleted child stays deleted. Without
+this, a reconcile running between a create and its watch event would create the child again and announce it
+twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.builders.common import COMPONENTS
+
+OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService or HiddenStateJob
+Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
+COMPONENT_KINDS = {component: kind for kind, component in COMPONENTS.items()}
+REPLICAS_OWNER = "vllm-pooling.io/replicas-managers"  # our projection of managedFields: who set spec.replicas
+WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten after this
+
+
+def owner_key(body: Mapping[str, Any]) -> OwnerKey:
+    meta = body["metadata"]
+    return (str(body["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+def owning_key(body: Mapping[str, Any]) -> OwnerKey | None:
+    """The resource a child belongs to: its controller reference, or for a pod (whose controller is a ReplicaSet
+    or a Job) the instance and component labels every child carries."""
+    meta = body["metadata"]
+    namespace = str(meta.get("namespace") or "")
+    ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if ref is not None and ref.get("kind") in OWNER_KINDS:
+        return (ref["kind"], namespace, ref["name"])
+    labels = meta.get("labels") or {}
+    kind = COMPONENT_KINDS.get(labels.get("app.kubernetes.io/component", ""))
+    name = labels.get("app.kubernetes.io/instance")
+    if kind and name:
+        return (kind, namespace, name)
+    return None
+
+
+def _replica_managers(meta: Mapping[str, Any]) -> list[str]:
+    return sorted({
+        str(entry.get("manager"))
+        for entry in meta.get("managedFields") or []
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    })
+
+
+def project(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an object worth keeping: everything but managedFields (the bulk of a stored object, read by
+    nobody here except as "who set spec.replicas", kept as a list of managers), and of a pod only its identity
+    and status."""
+    meta = dict(body["metadata"])
+    fields = meta.pop("managedFields", None)
+    if fields and body.get("kind") == "Deployment":
+        meta[REPLICAS_OWNER] = _replica_managers({"managedFields": fields})
+    out: dict[str, Any] = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": meta}
+    if body.get("kind") == "Pod":
+        out["status"] = body.get("status") or {}
+        return out
+    for key, value in body.items():
+        if key not in out:
+            out[key] = value
+    return out
+
+
+def replica_managers(obj: Mapping[str, Any]) -> list[str]:
+    """Field managers that set the Deployment's spec.replicas, whether `obj` is projected or a full object."""
+    meta = obj["metadata"]
+    if REPLICAS_OWNER in meta:
+        return list(meta[REPLICAS_OWNER])
+    return _replica_managers(meta)
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except (TypeError, ValueError):  # opaque elsewhere; etcd-backed servers give revisions
+        return 0
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"].get("uid") or "")
+
+
+@dataclass
+class _Written:
+    obj: dict[str, Any] | None  # None: deleted by us
+    uid: str
+    rv: int
+    at: float
+    parent: str  # the owner's uid for a child, "" for an owner
+
+
+WrittenKey = tuple[str, str, str]  # (kind, namespace, name)
+
+
+@dataclass
+class Cache:
+    """Owners, their children and pods, and the policies, from kopf's indexes; plus our own writes."""
+
+    owners: Index = field(default_factory=dict)  # OwnerKey -> [owner]
+    children: Mapping[str, Index] = field(default_factory=dict)  # kind -> OwnerKey -> [child]
+    policy_index: Index = field(default_factory=dict)  # name -> [AutoscalingPolicy]
+    clock: Callable[[], float] = time.monotonic
+    _written: dict[WrittenKey, _Written] = field(default_factory=dict)
+    _by_parent: dict[str, set[WrittenKey]] = field(default_factory=dict)
+    _parsed: tuple[tuple[tuple[str, str], ...], dict[str, AutoscalingPolicySpec]] = ((), {})
+
+    # ---- reads ----
+
+    def policy_bodies(self) -> list[dict[str, Any]]:
+        found = (self._fresher(_key(b), b) for store in self.policy_index.values() for b in store)
+        return [b for b in found if b is not None]
+
+    def policies(self) -> dict[str, AutoscalingPolicySpec]:
+        """The policies whose spec parses, by name; parsed once per resourceVersion."""
+        bodies = self.policy_bodies()
+        version = tuple(sorted((b["metadata"]["name"], str(b["metadata"].get("resourceVersion"))) for b in bodies))
+        if version != self._parsed[0]:
+            parsed: dict[str, AutoscalingPolicySpec] = {}
+            for body in bodies:
+                try:
+                    parsed[body["metadata"]["name"]] = AutoscalingPolicySpec.model_validate(body.get("spec") or {})
+                except ValueError:
+                    continue  # its own status says why (reconcile_policies)
+            self._parsed = (version, parsed)
+        return self._parsed[1]
+
+    def owner(self, key: OwnerKey) -> dict[str, Any] | None:
+        found = next(iter(self.owners.get(key) or ()), None)
+        return self._fresher(key, found)
+
+    def owner_keys(self) -> list[OwnerKey]:
+        return list(self.owners.keys())
+
+    def children_of(self, key: OwnerKey, kinds: Iterable[str], uid: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The children of the owner with this uid, by (kind, name): controlled by it, as watched or as written."""
+        wanted = set(kinds)
+        watched: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for kind in wanted:
+            for obj in (self.children.get(kind) or {}).get(key) or ():
+                if _controlled_by(obj, uid):
+                    watched[(kind, obj["metadata"]["name"])] = obj
+        for kind, _, name in self._by_parent.get(uid) or ():
+            if kind in wanted:
+                watched.setdefault((kind, name), None)
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for (kind, name), obj in watched.items():
+            fresher = self._fresher((kind, key[1], name), obj)
+            if fresher is not None:
+                found[(kind, name)] = fresher
+        return found
+
+    def pods_of(self, key: OwnerKey) -> list[dict[str, Any]]:
+        return list((self.children.get("Pod") or {}).get(key) or ())
+
+    def in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every watched object of a child kind in a namespace (the autoscaler's budget)."""
+        return [o for key, store in (self.children.get(kind) or {}).items() if key[1] == namespace for o in store]
+
+    # ---- our writes ----
+
+    def wrote(self, obj: Mapping[str, Any], *, parent: str = "") -> None:
+        """Remember an object as our write returned it (parent: the owner's uid for a child)."""
+        self._remember(obj, project(obj), parent)
+
+    def deleted(self, obj: Mapping[str, Any], *, parent: str = "") -> None:
+        self._remember(obj, None, parent)
+
+    def _remember(self, obj: Mapping[str, Any], stored: dict[str, Any] | None, parent: str) -> None:
+        key = _key(obj)
+        self._drop(key)
+        self._written[key] = _Written(stored, _uid(obj), _rv(obj), self.clock(), parent)
+        if parent:
+            self._by_parent.setdefault(parent, set()).add(key)
+
+    def _drop(self, key: WrittenKey) -> None:
+        written = self._written.pop(key, None)
+        if written is not None and written.parent:
+            keys = self._by_parent.get(written.parent)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_parent[written.parent]
+
+    def observed(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A watch event: forget our write of this object once the watch shows it (or shows it gone)."""
+        key = _key(body)
+        written = self._written.get(key)
+        if written is None or written.uid != _uid(body):
+            return
+        if deleted or (written.obj is not None and _rv(body) >= written.rv):
+            self._drop(key)
+
+    def forget(self, parent: str) -> None:
+        """Drop what we remember of an owner and its children's writes (it is gone)."""
+        for key in list(self._by_parent.get(parent) or ()):
+            self._drop(key)
+        for key in [k for k, w in self._written.items() if w.uid == parent]:
+            self._drop(key)
+
+    def remembered(self) -> int:
+        return len(self._written)
+
+    def _fresher(self, key: WrittenKey, watched: dict[str, Any] | None) -> dict[str, Any] | None:
+        written = self._written.get(key)
+        if written is None:
+            return watched
+        if self.clock() - written.at > WRITE_MEMORY_SECONDS:
+            self._drop(key)
+            return watched
+        if written.obj is None:  # we deleted it: gone, unless the watch shows a new object of that name
+            if watched is not None and _uid(watched) != written.uid:
+                self._drop(key)
+                return watched
+            return None
+        if watched is not None and _uid(watched) == written.uid and _rv(watched) >= written.rv:
+            self._drop(key)  # the watch has caught up
+            return watched
+        return written.obj
+
+
+def _key(obj: Mapping[str, Any]) -> WrittenKey:
+    meta = obj["metadata"]
+    return (str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def index_key(body: Mapping[str, Any]) -> OwnerKey | None:
+    """The key a watched object is stored under: its own for an owner, its owner's for a child or pod."""
+    kind = body.get("kind")
+    if kind in OWNER_KINDS:
+        return owner_key(body)
+    if kind in CHILD_KINDS or kind == "Pod":
+        return owning_key(body)
+    return None

@@ -1,0 +1,242 @@
+"""The operator's runtime, beside (not inside) the kopf handlers: a work queue of resources to reconcile, the
+workers that drain it from the watch-fed cache, the resync, per-object backoff and state, leadership and the
+autoscaler's lifetime.
+
+Handlers only record and enqueue (`on_owner`, `on_child`, `on_policy`): they never wait on the API, so a
+burst of events coalesces into one reconcile per resource. A worker reads the resource, its children and its
+pods from the cache (`k8s/cache.py`) and sends only writes.
+
+There is no periodic pass over every resource, so an idle resource costs nothing. A resource whose last
+reconcile left it settled (Ready, finished, or refused until its spec changes) is not visited again until an
+event about it or its children arrives, or a policy changes; an unsettled one (starting, degraded) is looked
+at again after `RECHECK_SECONDS` (`VPO_RESYNC_SECONDS`), as its conditions may turn with time alone. Full
+passes run when the caches first fill, when this replica takes the Lease, and when a policy changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from pooling_operator.api.kinds import OWNER_KINDS
+from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
+from pooling_operator.autoscaling.loop import Autoscaler
+from pooling_operator.k8s.api import TransientError
+from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
+from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
+from pooling_operator.runtime.lease import LEADER, Leadership
+from pooling_operator.status.conditions import settled
+
+log = logging.getLogger(__name__)
+
+# How soon a resource that is not settled (starting, degraded) is looked at again without an event.
+RECHECK_SECONDS = max(1.0, float(os.environ.get("VPO_RESYNC_SECONDS", "30")))
+AUTOSCALE_SECONDS = max(0.5, float(os.environ.get("VPO_AUTOSCALE_SECONDS", "15")))
+WORKERS = max(1, int(os.environ.get("VPO_WORKERS", "16")))
+POLICY_RECOUNT_SECONDS = 2.0  # policy status recounts coalesce over this window
+POLICIES_KEY: OwnerKey = ("AutoscalingPolicy", "", "*")  # the queue's key for "recount every policy's services"
+
+PASSES = Counter("vllm_pooling_operator_resync_passes", "Resync passes run.", ["kind"])
+QUEUED = Gauge("vllm_pooling_operator_queue_depth", "Resources waiting for or in a reconcile.")
+SETTLED = Gauge("vllm_pooling_operator_settled_resources", "Resources that need no visit until something changes.")
+FIRST_PASS = Gauge("vllm_pooling_operator_first_pass_seconds",
+                   "Seconds from start until the first full pass over every resource finished (0 until then).")
+STARTED = time.monotonic()
+
+
+class Runtime:
+    """Owns the loops of one operator replica. `leadership` None means standalone: always acting."""
+
+    def __init__(self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS) -> None:
+        self.ctx = ctx
+        self.leadership = leadership
+        self.queue: Any = None  # a WorkQueue once started (it needs the running loop)
+        self.workers = workers
+        self.synced = False
+        self.first_pass_seconds: float | None = None
+        self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since
+        self._uids: dict[OwnerKey, str] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    @property
+    def leading(self) -> bool:
+        return self.leadership is None or self.leadership.leading
+
+    async def _leading(self) -> bool:
+        return self.leading
+
+    async def start(self) -> None:
+        from pooling_operator.runtime.queue import WorkQueue
+
+        ctx = self.ctx
+        self.queue = WorkQueue[OwnerKey]()
+        ctx.autoscaler = Autoscaler(
+            ctx.kube, ctx.cache, leading=self._leading, period=AUTOSCALE_SECONDS,
+            default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+        )
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers), name="workers"))
+        if self.leadership is not None:
+            self._tasks.append(loop.create_task(self.leadership.run(self._acquired, ctx.background), name="lease"))
+        else:
+            LEADER.set(1)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.ctx.autoscaler is not None:
+            await self.ctx.autoscaler.close()  # no decision in flight once the Lease is handed over
+        if self.leadership is not None:
+            await self.leadership.release()
+        await self.ctx.kube.close()
+
+    async def _acquired(self) -> None:
+        if self.synced:
+            await self.full_pass("leader")
+
+    # ---- events: record and enqueue, never wait on the API ---------------------------------------------
+
+    def cache_synced(self) -> None:
+        """kopf ran a handler: every indexed kind's initial listing is in the cache. The first full pass runs."""
+        if self.synced:
+            return
+        self.synced = True
+        log.info("Caches filled: %d resources known", len(self.ctx.cache.owner_keys()))
+        self.ctx.background(self._first_pass())
+
+    def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
+        """A PoolingService, ScoringService or HiddenStateJob was listed, changed or went away."""
+        key = owner_key(body)
+        self.ctx.cache.observed(body, deleted=deleted)
+        if deleted:
+            self.forget(key, body["metadata"].get("uid") or "")
+        else:
+            self._uids[key] = body["metadata"].get("uid") or ""
+            self._settled.discard(key)
+            self._add(key)
+        if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
+            self._recount_policies()
+
+    def on_child(self, body: dict[str, Any], deleted: bool) -> None:
+        """A child (or a pod of one) was listed, changed or went away: its owner is reconciled."""
+        self.ctx.cache.observed(body, deleted=deleted)
+        key = owning_key(body)
+        if key is not None and key[0] in OWNER_KINDS:
+            self._settled.discard(key)
+            self._add(key)
+
+    def on_policy(self) -> None:
+        """A policy appeared, changed or went away: every service may follow another one now."""
+        if self.synced:
+            self.ctx.background(self.full_pass("policy"))
+
+    def _add(self, key: OwnerKey) -> None:
+        if self.queue is not None and self.synced:
+            self.queue.add(key)
+            QUEUED.set(len(self.queue))
+
+    def _recount_policies(self) -> None:
+        if self.queue is not None and self.synced:
+            self.queue.add_after(POLICIES_KEY, POLICY_RECOUNT_SECONDS)
+
+    def forget(self, key: OwnerKey, uid: str) -> None:
+        """Drop every piece of per-object state of a deleted resource, so memory stays flat under churn."""
+        ctx = self.ctx
+        self._settled.discard(key)
+        self._uids.pop(key, None)
+        if self.queue is not None:
+            self.queue.discard(key)
+        ctx.failures.pop(uid, None)
+        ctx.forget(uid)
+        ctx.cache.forget(uid)
+        if ctx.autoscaler is not None:
+            ctx.autoscaler.untrack(uid)
+
+    def state_sizes(self) -> dict[str, int]:
+        """How much per-object state is held (the churn test reads it)."""
+        ctx = self.ctx
+        return {
+            "settled": len(self._settled), "uids": len(self._uids), "failures": len(ctx.failures),
+            "warned": len(ctx.warned), "memo": len(ctx.memo), "written": ctx.cache.remembered(),
+            "queued": len(self.queue) if self.queue is not None else 0,
+            "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY) if self.queue is not None else 0,
+            "tracked": len(ctx.autoscaler.services) if ctx.autoscaler is not None else 0,
+        }
+
+    # ---- the worker --------------------------------------------------------------------------------------
+
+    async def _work(self, key: OwnerKey) -> None:
+        QUEUED.set(len(self.queue))
+        if not self.leading:
+            return  # a replica that takes the Lease runs a full pass
+        if key == POLICIES_KEY:
+            await self._policies()
+            return
+        body = self.ctx.cache.owner(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        uid = body["metadata"]["uid"]
+        try:
+            status = await reconcile_service(self.ctx, body, self.ctx.cache.policies())
+        except InvalidSpec as exc:
+            log.info("Refused %s %s/%s: %s", key[0], key[1], key[2], exc)
+            self._settle(key)  # nothing to retry until the spec changes
+        except Gone:
+            log.info("Skipped %s %s/%s: it or its namespace is being deleted", *key)
+        except TransientError as exc:
+            delay = self._backoff(uid)
+            log.warning("Will retry %s %s/%s in %.0fs: %s", key[0], key[1], key[2], delay, exc)
+            self.queue.add_after(key, delay)
+        except Exception:  # never let one object's failure stop a worker
+            delay = self._backoff(uid)
+            log.exception("Reconcile of %s %s/%s failed; retrying in %.0fs", key[0], key[1], key[2], delay)
+            self.queue.add_after(key, delay)
+        else:
+            self.ctx.failures.pop(uid, None)
+            if settled(status):
+                self._settle(key)
+            else:
+                self._settled.discard(key)
+                self.queue.add_after(key, RECHECK_SECONDS)  # conditions that turn with time alone
+
+    def _settle(self, key: OwnerKey) -> None:
+        self._settled.add(key)
+        SETTLED.set(len(self._settled))
+
+    def _backoff(self, uid: str) -> float:
+        attempt = self.ctx.failures.get(uid, 0)
+        self.ctx.failures[uid] = attempt + 1
+        return float(min(60, 2**attempt))
+
+    async def _policies(self) -> None:
+        cache = self.ctx.cache
+        services = [b for b in (cache.owner(k) for k in cache.owner_keys()) if b is not None]
+        await reconcile_policies(self.ctx, cache.policy_bodies(), services)
+
+    # ---- passes ------------------------------------------------------------------------------------------
+
+    async def _first_pass(self) -> None:
+        visited = await self.full_pass("start")
+        self.first_pass_seconds = time.monotonic() - STARTED
+        FIRST_PASS.set(self.first_pass_seconds)
+        log.info("First full pass done: %d resources in sync %.1fs after start", visited, self.first_pass_seconds)
+
+    async def full_pass(self, why: str) -> int:
+        """Queue every resource and wait until the queue has drained; returns how many were queued."""
+        if self.queue is None or not self.leading:
+            return 0
+        keys = self.ctx.cache.owner_keys()
+        self._settled.clear()
+        for key in keys:
+            self.queue.add(key)
+        self.queue.add(POLICIES_KEY)
+        QUEUED.set(len(self.queue))
+        PASSES.labels(why).inc()
+        await self.queue.join()
+        return len(keys)
