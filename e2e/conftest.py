@@ -27,6 +27,7 @@ import pytest
 from e2e import build
 from e2e.controlplane import ClusterConfig, ControlPlane
 from e2e.crds import install_crds
+from e2e.harness.audit import OPERATOR_USER
 from e2e.realvllm import runtime
 
 _CLUSTER: ControlPlane | None = None
@@ -83,7 +84,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     if attach:
         cp = ControlPlane.attach(Path(attach))
     else:
-        cp = ControlPlane(ClusterConfig.from_env(), keep_run_dir=os.environ.get("VPO_E2E_KEEP") == "1")
+        # The operator's own requests are audited: tests count them per namespace (harness/audit.py).
+        config = ClusterConfig.from_env(audit_users=(OPERATOR_USER,))
+        cp = ControlPlane(config, keep_run_dir=os.environ.get("VPO_E2E_KEEP") == "1")
         cp.start()
     _CLUSTER = cp
     try:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e import build
-from e2e.harness import components
+from e2e.harness import audit, components
 from e2e.harness.components import POD_CIDR
 from e2e.harness.config import (
     GPU_PRODUCT,
@@ -163,6 +163,11 @@ class ControlPlane:
         env["KUBECONFIG"] = str(self.kubeconfig)
         env["PATH"] = f"{self.kubectl_path.parent}{os.pathsep}{env.get('PATH', '')}"
         return env
+
+    @property
+    def audit(self) -> audit.Audit:
+        """The audit log of the users in config.audit_users (empty when none were named)."""
+        return audit.Audit(self.run_dir / "audit.log")
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
@@ -356,6 +361,8 @@ class ControlPlane:
     def _start_apiserver(self, bins: build.Binaries) -> None:
         t = time.monotonic()
         argv = components.apiserver_argv(bins["kube-apiserver"], self.ports, self.pki, self.run_dir / "pki")
+        if self.config.audit_users:
+            argv += audit.apiserver_flags(self.run_dir, self.config.audit_users)
         self._spawn("kube-apiserver", argv)
         assert self.api is not None
         wait_for(

@@ -308,3 +308,41 @@ def test_the_policies_key_recounts_without_reading() -> None:
         await world.runtime.stop()
 
     asyncio.run(main())
+
+
+def test_a_namespace_label_change_queues_its_resources_only() -> None:
+    async def main() -> None:
+        world = World()
+        await world.runtime.start()
+        world.create("a")
+        world.runtime.cache_synced()
+        await drained(world)
+        world.runtime.on_namespace("ns", {"team": "a"}, deleted=False)  # first seen: the first pass covered it
+        world.runtime.on_namespace("other", {"team": "a"}, deleted=False)
+        assert len(world.runtime.queue) == 0
+        world.runtime.on_namespace("other", {"team": "b"}, deleted=False)  # nothing of ours there
+        assert len(world.runtime.queue) == 0
+        world.runtime.on_namespace("ns", {"team": "b"}, deleted=False)
+        assert len(world.runtime.queue) == 1
+        await drained(world)
+        await world.runtime.stop()
+
+    asyncio.run(main())
+
+
+def test_status_waits_a_moment_for_the_deployment_controller_to_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreign annotation bumps a Deployment's generation; until its controller has looked, the status is
+    not rewritten (no Ready flap), but only for CATCH_UP_SECONDS."""
+    import pooling_operator.reconcile as r
+
+    ctx = Context(kube=FakeKube())  # type: ignore[arg-type]
+    old = {"conditions": [{"type": "Ready", "status": "True"}]}
+    lagging = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}
+    now = [100.0]
+    monkeypatch.setattr(r.time, "monotonic", lambda: now[0])
+    assert r._controller_catching_up(ctx, "u", lagging, old)
+    now[0] += r.CATCH_UP_SECONDS + 1
+    assert not r._controller_catching_up(ctx, "u", lagging, old)  # past the grace: the status says so
+    assert not r._controller_catching_up(ctx, "u", {"metadata": {"generation": 3}, "status": {"observedGeneration": 3}}, old)
+    assert "u" not in ctx.catching_up
+    assert not r._controller_catching_up(ctx, "v", lagging, {})  # a first status is written at once

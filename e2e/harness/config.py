@@ -28,6 +28,8 @@ class ClusterConfig:
     # kwok --config files; default: kwok's stages (copied by the build) + cluster/kwok/pod-ready-after.yaml
     kwok_stages: list[Path] | None = None
     start_timeout: float = 120.0
+    # users whose requests kube-apiserver writes to <run_dir>/audit.log (harness/audit.py); none: no audit log
+    audit_users: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ClusterConfig:

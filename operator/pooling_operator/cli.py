@@ -130,6 +130,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pooling_operator.runtime import Leadership, Runtime
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # kopf logs every handler call at INFO ("Handler ... succeeded"): thousands of lines a minute at scale,
+        # saying nothing our own log lines (writes, refusals, retries) do not.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind)
     identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"

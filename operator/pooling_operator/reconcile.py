@@ -54,6 +54,7 @@ DURATION = Histogram(
     "vllm_pooling_operator_reconcile_duration_seconds", "Time of one reconcile.", ["kind"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+CATCH_UP_SECONDS = 10.0
 SERVICE_CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject")
 JOB_CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
 
@@ -72,11 +73,13 @@ class Context:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
     memo: dict[str, Built] = field(default_factory=dict)  # uid -> what its spec validated and built to
+    catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
     autoscaler: Autoscaler | None = None
 
     def forget(self, uid: str) -> None:
         """Drop the per-object state of a resource that is gone."""
         self.memo.pop(uid, None)
+        self.catching_up.pop(uid, None)
         self.warned = {w for w in self.warned if w[0] != uid}
 
     def background(self, coro: Any) -> None:
@@ -217,6 +220,8 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     pods = ctx.cache.pods_of(key)
     status = service_status(resource, c, built.argv, deployment, pods)
     degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
+    if _controller_catching_up(ctx, meta["uid"], deployment, old_status):
+        return status  # not written: the Deployment controller's own status update follows in a moment
     await _write_status(ctx, body, old_status, status)
     autoscaling = resource.spec.autoscaling
     if ctx.autoscaler is not None and autoscaling is not None:
@@ -230,6 +235,22 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
             + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
         )
     return status
+
+
+def _controller_catching_up(ctx: Context, uid: str, deployment: dict[str, Any] | None, old_status: dict[str, Any]) -> bool:
+    """True while the Deployment's generation is ahead of what its controller has observed, for at most
+    CATCH_UP_SECONDS, on a service that already has a status. A Deployment's generation moves on any change
+    of its spec *or annotations* (a platform's annotation too); until kube-controller-manager has looked, its
+    status says nothing about the new spec, and writing Ready=False for those milliseconds would only flap
+    the conditions and post events. Past the grace the status says so ("not yet taken up the new spec")."""
+    if deployment is None or not old_status.get("conditions"):
+        return False
+    observed = ((deployment.get("status") or {}).get("observedGeneration") or 0)
+    if observed >= (deployment["metadata"].get("generation") or 0):
+        ctx.catching_up.pop(uid, None)
+        return False
+    since = ctx.catching_up.setdefault(uid, time.monotonic())
+    return time.monotonic() - since < CATCH_UP_SECONDS
 
 
 async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -259,9 +280,13 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _namespace_labels(ctx: Context, namespace: str | None, policies: Mapping[str, AutoscalingPolicySpec]) -> dict[str, str] | None:
-    """The namespace's labels when some policy selects namespaces (one read), else None (every policy applies)."""
+    """The namespace's labels when some policy selects namespaces (watched; one read if the watch does not
+    know it), else None (every policy applies)."""
     if not any(p.namespace_selector for p in policies.values()):
         return None
+    known = ctx.cache.namespace_labels(namespace or "default")
+    if known is not None:
+        return dict(known)
     ns = await ctx.kube.get(KINDS["Namespace"], None, namespace or "default")
     return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
 

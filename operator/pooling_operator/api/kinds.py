@@ -13,7 +13,7 @@ from typing import Literal
 from pooling_operator import GROUP, VERSION
 from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
 
-Role = Literal["owner", "policy", "child", "pod", "read"]
+Role = Literal["owner", "policy", "child", "pod", "namespace", "read"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool = True
-    role: Role = "read"  # owner: reconciled; child: created and watched; pod: watched; read: read on demand
+    role: Role = "read"  # owner: reconciled; child: created and watched; pod, namespace: watched; read: on demand
 
     @property
     def group(self) -> str:
@@ -69,7 +69,7 @@ KINDS: dict[str, Kind] = {
         Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", role="child"),
         Kind("v1", "Pod", "pods", role="pod"),
         Kind("v1", "Secret", "secrets"),
-        Kind("v1", "Namespace", "namespaces", namespaced=False),
+        Kind("v1", "Namespace", "namespaces", namespaced=False, role="namespace"),
         Kind("v1", "Event", "events"),
     )
 }

@@ -112,6 +112,7 @@ class Autoscaler:
         self.services: dict[str, Tracked] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._readers: dict[tuple[str, str | None], PrometheusReader] = {}
+        self._secrets: dict[tuple[str, str], dict[str, Any] | None] = {}  # read once per tick, not per service
 
     # ---- what the reconcile tells us --------------------------------------------------------------------
 
@@ -173,6 +174,7 @@ class Autoscaler:
 
     async def tick(self, namespace: str) -> list[tuple[Tracked, Decision]]:
         """One decision for every autoscaled service of the namespace, with the GPU budget shared out."""
+        self._secrets = {}
         deployments = {d["metadata"]["name"]: d for d in self.cache.in_namespace("Deployment", namespace)}
         reads = [r for r in await asyncio.gather(*(self._read_safely(s, deployments) for s in self._in(namespace))) if r is not None]
         now = self.clock()
@@ -248,7 +250,9 @@ class Autoscaler:
         async def secret(ref: Any) -> str | None:
             if ref is None:
                 return None
-            obj = await self.kube.get(KINDS["Secret"], ref.namespace, ref.name)
+            if (ref.namespace, ref.name) not in self._secrets:
+                self._secrets[(ref.namespace, ref.name)] = await self.kube.get(KINDS["Secret"], ref.namespace, ref.name)
+            obj = self._secrets[(ref.namespace, ref.name)]
             if obj is None or ref.key not in (obj.get("data") or {}):
                 raise ApiError(404, "NotFound", f"Secret {ref.namespace}/{ref.name} has no key {ref.key}")
             return base64.b64decode(obj["data"][ref.key]).decode().strip()

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 PREFIX = "operator.vllm-pooling.io"
 FINALIZER = f"{PREFIX}/finalizer"
 # Kinds whose CRD is absent (prometheus-operator, KEDA) are simply not served: kopf skips them.
-WATCHED = tuple(k for k in KINDS.values() if k.role in ("owner", "child", "pod", "policy"))
+WATCHED = tuple(k for k in KINDS.values() if k.role in ("owner", "child", "pod", "policy", "namespace"))
 
 
 def _index_id(kind: str) -> str:
@@ -53,6 +53,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     cache.owners = kwargs[_index_id("owner")]
     cache.policy_index = kwargs[_index_id("AutoscalingPolicy")]
     cache.children = {k.kind: kwargs[_index_id(k.kind)] for k in WATCHED if k.role in ("child", "pod")}
+    cache.namespaces = kwargs[_index_id("Namespace")]
     await runtime.start()
 
 
@@ -74,6 +75,16 @@ def _stored(body: kopf.Body, **_: Any) -> dict[Any, dict[str, Any]]:
 
 def _policy_stored(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     return {name: project(_plain(body))}
+
+
+def _namespace_stored(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
+    return {name: dict(labels)}
+
+
+async def _namespace_event(name: str, labels: kopf.Labels, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    runtime: Runtime = memo.runtime
+    runtime.cache_synced()
+    runtime.on_namespace(name, dict(labels), type == "DELETED")
 
 
 async def _owner_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
@@ -103,6 +114,9 @@ for _kind in WATCHED:
         # All three owner kinds share one index (keyed by kind, namespace, name).
         kopf.index(*_args, id=_index_id("owner"))(_stored)
         kopf.on.event(*_args, id=f"event_{_kind.kind.lower()}")(_owner_event)
+    elif _kind.role == "namespace":
+        kopf.index(*_args, id=_index_id(_kind.kind))(_namespace_stored)
+        kopf.on.event(*_args, id="event_namespace")(_namespace_event)
     elif _kind.role == "policy":
         kopf.index(*_args, id=_index_id(_kind.kind))(_policy_stored)
         kopf.on.event(*_args, id="event_policy")(_policy_event)

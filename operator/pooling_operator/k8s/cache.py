@@ -115,12 +115,19 @@ class Cache:
     owners: Index = field(default_factory=dict)  # OwnerKey -> [owner]
     children: Mapping[str, Index] = field(default_factory=dict)  # kind -> OwnerKey -> [child]
     policy_index: Index = field(default_factory=dict)  # name -> [AutoscalingPolicy]
+    namespaces: Index | None = None  # name -> [labels]; None: namespaces are not watched
     clock: Callable[[], float] = time.monotonic
     _written: dict[WrittenKey, _Written] = field(default_factory=dict)
     _by_parent: dict[str, set[WrittenKey]] = field(default_factory=dict)
     _parsed: tuple[tuple[tuple[str, str], ...], dict[str, AutoscalingPolicySpec]] = ((), {})
 
     # ---- reads ----
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """A namespace's labels as watched; None when namespaces are not watched or it is not known."""
+        if self.namespaces is None:
+            return None
+        return next(iter(self.namespaces.get(name) or ()), None)
 
     def policy_bodies(self) -> list[dict[str, Any]]:
         found = (self._fresher(_key(b), b) for store in self.policy_index.values() for b in store)

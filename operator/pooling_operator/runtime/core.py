@@ -61,6 +61,7 @@ class Runtime:
         self.first_pass_seconds: float | None = None
         self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since
         self._uids: dict[OwnerKey, str] = {}
+        self._namespace_labels: dict[str, dict[str, str]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property
@@ -136,6 +137,20 @@ class Runtime:
         if self.synced:
             self.ctx.background(self.full_pass("policy"))
 
+    def on_namespace(self, name: str, labels: dict[str, str], deleted: bool) -> None:
+        """A namespace's labels decide which policies select it: when they change, its resources are queued."""
+        if deleted:
+            self._namespace_labels.pop(name, None)
+            return
+        before = self._namespace_labels.get(name)
+        self._namespace_labels[name] = labels
+        if before is None or before == labels:
+            return  # first seen (the first pass covers it), or nothing that matters changed
+        for key in self.ctx.cache.owner_keys():
+            if key[1] == name:
+                self._settled.discard(key)
+                self._add(key)
+
     def _add(self, key: OwnerKey) -> None:
         if self.queue is not None and self.synced:
             self.queue.add(key)
@@ -163,7 +178,7 @@ class Runtime:
         ctx = self.ctx
         return {
             "settled": len(self._settled), "uids": len(self._uids), "failures": len(ctx.failures),
-            "warned": len(ctx.warned), "memo": len(ctx.memo), "written": ctx.cache.remembered(),
+            "warned": len(ctx.warned), "memo": len(ctx.memo), "catching_up": len(ctx.catching_up), "written": ctx.cache.remembered(),
             "queued": len(self.queue) if self.queue is not None else 0,
             "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY) if self.queue is not None else 0,
             "tracked": len(ctx.autoscaler.services) if ctx.autoscaler is not None else 0,

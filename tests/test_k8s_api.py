@@ -1,0 +1,38 @@
+"""The API facade's pure parts: which answers are worth a retry, and how requests are counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from pooling_operator.api.kinds import KINDS, OWNER_KINDS
+from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
+from pooling_operator.k8s.api import ApiError, TransientError, classify, verb_and_resource
+
+
+@pytest.mark.parametrize(("status", "transient"), [(0, True), (409, True), (429, True), (500, True), (503, True),
+                                                    (400, False), (403, False), (404, False), (422, False)])
+def test_one_place_decides_what_is_retried(status: int, transient: bool) -> None:
+    err = classify(status, "r", "body")
+    assert isinstance(err, ApiError) and isinstance(err, TransientError) is transient and err.status == status
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ("GET", "/api/v1/namespaces/x/pods", ("list", "pods")),
+    ("GET", "/api/v1/namespaces/x", ("get", "namespaces")),
+    ("PATCH", "/apis/apps/v1/namespaces/x/deployments/d/scale", ("patch", "deployments/scale")),
+    ("PATCH", "/apis/vllm-pooling.io/v1alpha1/namespaces/n/poolingservices/a/status", ("patch", "poolingservices/status")),
+    ("GET", "/apis/vllm-pooling.io/v1alpha1/autoscalingpolicies", ("list", "autoscalingpolicies")),
+    ("PUT", "/apis/coordination.k8s.io/v1/namespaces/n/leases/l", ("update", "leases")),
+    ("POST", "/api/v1/namespaces/n/events", ("create", "events")),
+    ("DELETE", "/api/v1/namespaces/n/services/s", ("delete", "services")),
+])
+def test_requests_are_counted_as_the_audit_log_names_them(method: str, path: str, expected: tuple[str, str]) -> None:
+    assert verb_and_resource(method, path) == expected
+
+
+def test_our_kinds_take_plural_and_scope_from_the_resource_table() -> None:
+    for name, info in RESOURCE_KINDS.items():
+        assert (KINDS[name].plural, KINDS[name].namespaced) == (info.plural, info.namespaced)
+    assert set(OWNER_KINDS) == {"PoolingService", "ScoringService", "HiddenStateJob"}
+    assert KINDS["Deployment"].path("ns", "d", "scale") == "/apis/apps/v1/namespaces/ns/deployments/d/scale"
+    assert KINDS["Namespace"].path(None, "ns") == "/api/v1/namespaces/ns"
