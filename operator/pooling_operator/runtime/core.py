@@ -93,6 +93,7 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.ctx.autoscaler is not None:
             await self.ctx.autoscaler.close()  # no decision in flight once the Lease is handed over
+        await self.ctx.drain()  # events in flight
         if self.leadership is not None:
             await self.leadership.release()
         await self.ctx.kube.close()

@@ -1,0 +1,154 @@
+"""The writes of a reconcile: children applied together (a Job last), what is no longer desired deleted, a
+refused child turned into a condition, and status written only when it changed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from pooling_operator.api.kinds import OPTIONAL_KINDS
+from pooling_operator.api.problems import Problem
+from pooling_operator.builders.diff import needs_apply
+from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
+from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
+from pooling_operator.k8s.api import TransientError as TransientApiError
+from pooling_operator.k8s.cache import replica_managers
+from pooling_operator.reconcile.context import WRITES, Context, InvalidSpec, _ref, now
+from pooling_operator.status import conditions
+from pooling_operator.status import conditions as C
+from pooling_operator.status.services import (
+    invalid_status,
+)
+
+log = logging.getLogger(__name__)
+
+async def _converge_or_refuse(
+    ctx: Context, body: dict[str, Any], old_status: dict[str, Any], desired: list[dict[str, Any]],
+    observed: dict[tuple[str, str], dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """_converge, turning the API server's refusal of a child (a bad toleration, affinity or env source the
+    user wrote in a free-form field) into SpecValid=False and an event instead of an endless retry."""
+    try:
+        return await _converge(ctx, body, desired, observed)
+    except ApiError as exc:
+        if exc.status not in (400, 422) or isinstance(exc, TransientApiError):
+            raise
+        message = _server_message(exc)
+        problems = [Problem("spec", f"the API server refused a child object: {message}")]
+        status = invalid_status(body["metadata"].get("generation"), problems, C.CHILD_REJECTED)
+        if old_status.get("embeddingSpace"):
+            status["embeddingSpace"] = old_status["embeddingSpace"]
+        await _write_status(ctx, body, old_status, status)
+        raise InvalidSpec(problems) from exc
+
+
+def _server_message(exc: ApiError) -> str:
+    try:
+        return str(json.loads(exc.body).get("message", exc.body))
+    except ValueError:
+        return exc.body[:500]
+
+
+async def _converge(
+    ctx: Context, body: dict[str, Any], desired: list[dict[str, Any]], observed: dict[tuple[str, str], dict[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Apply what differs (`desired` carries the applied-hash annotation), delete what is no longer desired;
+    returns the children as they are now. Every write is remembered by the cache until the watch shows it.
+
+    The applies of one resource go out together (a Deployment does not wait for its Service), but a Job goes
+    last: its pods need the ServiceAccount and Role that come with it. The first refusal is raised once every
+    apply has been answered."""
+    uid = body["metadata"]["uid"]
+    current = dict(observed)
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+    todo = [o for o in desired if needs_apply(o, observed.get((o["kind"], o["metadata"]["name"])))
+            and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
+    for wave in ([o for o in todo if o["kind"] != "Job"], [o for o in todo if o["kind"] == "Job"]):
+        results = await asyncio.gather(*(_apply_child(ctx, body, o, observed) for o in wave), return_exceptions=True)
+        refused = [r for r in results if isinstance(r, BaseException)]
+        for obj, result in zip(wave, results, strict=True):
+            if isinstance(result, dict):
+                current[(obj["kind"], obj["metadata"]["name"])] = result
+        if refused:
+            raise refused[0]
+    for key, obj in observed.items():
+        if key in wanted:
+            continue
+        await ctx.kube.delete(obj)
+        ctx.cache.deleted(obj, parent=uid)
+        current.pop(key, None)
+        WRITES.labels(obj["kind"], "deleted").inc()
+        log.info("Deleted %s", _ref(obj))
+        ctx.event(body, "Normal", "Deleted", f"Deleted {obj['kind']} {obj['metadata']['name']}: no longer desired.")
+    return current
+
+
+async def _apply_child(
+    ctx: Context, body: dict[str, Any], obj: dict[str, Any], observed: dict[tuple[str, str], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """One child applied; None when its CRD is not installed (told once per resource)."""
+    uid = body["metadata"]["uid"]
+    have = observed.get((obj["kind"], obj["metadata"]["name"]))
+    if have is not None and obj["kind"] == "Deployment":
+        await _hand_over_replicas(ctx, obj, have)
+    try:
+        result = await ctx.kube.apply(obj)
+    except ApiError as exc:
+        if exc.status == 404 and obj["kind"] in OPTIONAL_KINDS:
+            if (uid, obj["kind"]) not in ctx.warned:
+                ctx.warned.add((uid, obj["kind"]))
+                ctx.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
+            return None
+        raise
+    ctx.cache.wrote(result, parent=uid)
+    action = "Created" if have is None else "Updated"
+    WRITES.labels(obj["kind"], action.lower()).inc()
+    log.info("%s %s", "Created" if have is None else "Applied", _ref(result))
+    ctx.event(body, "Normal", action, f"{action} {obj['kind']} {obj['metadata']['name']}.")
+    return result
+
+
+async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: dict[str, Any]) -> None:
+    """When autoscaling takes over, give the current replica count to the autoscaler's field manager
+    before we stop setting it; otherwise dropping the field would reset the Deployment to 1 replica."""
+    if "replicas" in desired["spec"] or FIELD_MANAGER_NAME not in replica_managers(observed):
+        return
+    meta = observed["metadata"]
+    scale = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": {"replicas": observed["spec"].get("replicas", 1)},
+    }
+    await ctx.kube.apply(scale, manager=AUTOSCALER_FIELD_MANAGER)
+    log.info("Handed the replicas of Deployment %s/%s to the autoscaler", meta["namespace"], meta["name"])
+
+
+async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write status only when what the reconcile owns changed (the autoscaler's block and conditions belong to
+    another field manager and are left out of the comparison and the apply); conditions keep their
+    transition time unless they flipped."""
+    old = {k: v for k, v in old.items() if k != "autoscaling"}
+    _, old["conditions"] = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
+    if not old["conditions"]:
+        old.pop("conditions")
+    new = dict(new)
+    new["conditions"] = conditions.merge(old.get("conditions"), new["conditions"], now())
+    if new == old:
+        return
+    meta = body["metadata"]
+    patch = {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
+        "status": new,
+    }
+    written = await ctx.kube.apply(patch, subresource="status")
+    ctx.cache.wrote(written)
+    WRITES.labels(body["kind"], "status").inc()
+    for kind, reason, message in conditions.announced(old.get("conditions"), new["conditions"]):
+        ctx.event(body, kind, reason, message)
+
+
