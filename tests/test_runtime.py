@@ -346,3 +346,14 @@ def test_status_waits_a_moment_for_the_deployment_controller_to_catch_up(monkeyp
     assert not r._controller_catching_up(ctx, "u", {"metadata": {"generation": 3}, "status": {"observedGeneration": 3}}, old)
     assert "u" not in ctx.catching_up
     assert not r._controller_catching_up(ctx, "v", lagging, {})  # a first status is written at once
+
+
+def test_a_new_resource_goes_ahead_of_re_reconciles() -> None:
+    async def main() -> list[str]:
+        q: WorkQueue[str] = WorkQueue()
+        for key in ("old-1", "old-2"):
+            q.add(key)
+        q.add("new", first=True)
+        return [await q.get() for _ in range(3)]
+
+    assert asyncio.run(main()) == ["new", "old-1", "old-2"]

@@ -298,7 +298,7 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         row["all_ready_s"] = round(time.monotonic() - started, 2)
         # the burst absorbed: the last 10 % of creates, paced, give the latency once the queue is empty
         reads, writes, by = split(audit.since(create_mark))
-        row["create_reads"], row["create_writes"] = reads, writes
+        row["create_reads"], row["create_writes"], row["create_requests"] = reads, writes, by
         say(f"N={n}: all Ready at {row['all_ready_s']}s; operator requests during creation: {reads} reads, {writes} writes")
         settle = time.monotonic() + 20  # let the last status writes and events land before the window opens
         wait_for(lambda: time.monotonic() >= settle, timeout=60, what="settling")

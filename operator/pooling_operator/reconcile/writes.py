@@ -65,14 +65,22 @@ async def _converge(
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
     todo = [o for o in desired if needs_apply(o, observed.get((o["kind"], o["metadata"]["name"])))
             and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
-    for wave in ([o for o in todo if o["kind"] != "Job"], [o for o in todo if o["kind"] == "Job"]):
-        results = await asyncio.gather(*(_apply_child(ctx, body, o, observed) for o in wave), return_exceptions=True)
-        refused = [r for r in results if isinstance(r, BaseException)]
-        for obj, result in zip(wave, results, strict=True):
-            if isinstance(result, dict):
-                current[(obj["kind"], obj["metadata"]["name"])] = result
-        if refused:
-            raise refused[0]
+    done: dict[str, list[str]] = {"Created": [], "Updated": []}
+    try:
+        for wave in ([o for o in todo if o["kind"] != "Job"], [o for o in todo if o["kind"] == "Job"]):
+            results = await asyncio.gather(*(_apply_child(ctx, body, o, observed) for o in wave), return_exceptions=True)
+            refused = [r for r in results if isinstance(r, BaseException)]
+            for obj, result in zip(wave, results, strict=True):
+                if isinstance(result, dict):
+                    key = (obj["kind"], obj["metadata"]["name"])
+                    current[key] = result
+                    done["Updated" if key in observed else "Created"].append(f"{obj['kind']} {obj['metadata']['name']}")
+            if refused:
+                raise refused[0]
+    finally:
+        for action, what in done.items():  # one event per action and reconcile, naming every child
+            if what:
+                ctx.event(body, "Normal", action, f"{action} {_and(what)}.")
     for key, obj in observed.items():
         if key in wanted:
             continue
@@ -106,8 +114,11 @@ async def _apply_child(
     action = "Created" if have is None else "Updated"
     WRITES.labels(obj["kind"], action.lower()).inc()
     log.info("%s %s", "Created" if have is None else "Applied", _ref(result))
-    ctx.event(body, "Normal", action, f"{action} {obj['kind']} {obj['metadata']['name']}.")
     return result
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: dict[str, Any]) -> None:

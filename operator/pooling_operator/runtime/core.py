@@ -119,9 +119,10 @@ class Runtime:
         if deleted:
             self.forget(key, body["metadata"].get("uid") or "")
         else:
-            self._uids[key] = body["metadata"].get("uid") or ""
+            uid = body["metadata"].get("uid") or ""
+            self._uids[key] = uid
             self._settled.discard(key)
-            self._add(key)
+            self._add(key, first=uid not in self.ctx.memo)  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
             self._recount_policies()
 
@@ -152,9 +153,9 @@ class Runtime:
                 self._settled.discard(key)
                 self._add(key)
 
-    def _add(self, key: OwnerKey) -> None:
+    def _add(self, key: OwnerKey, *, first: bool = False) -> None:
         if self.queue is not None and self.synced:
-            self.queue.add(key)
+            self.queue.add(key, first=first)
             QUEUED.set(len(self.queue))
 
     def _recount_policies(self) -> None:

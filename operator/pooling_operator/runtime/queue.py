@@ -40,13 +40,18 @@ class WorkQueue(Generic[K]):
     def is_delayed(self, key: K) -> bool:
         return key in self._due
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, *, first: bool = False) -> None:
+        """Queue the key (at the front with `first`: a resource never reconciled yet should not wait behind
+        the re-reconciles its neighbours' own writes cause)."""
         if key in self._active:
             self._again.add(key)
             return
         if key not in self._queued:
             self._queued.add(key)
-            self._ready.append(key)
+            if first:
+                self._ready.appendleft(key)
+            else:
+                self._ready.append(key)
             self._idle.clear()
             self._changed.set()
 
