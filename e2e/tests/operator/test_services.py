@@ -339,6 +339,32 @@ def test_fifty_services_then_a_write_free_resync(
     print(f"\n50 services Ready in {elapsed:.1f}s; operator RSS {operator.rss_bytes() / 2**20:.0f} MiB")
 
 
+def test_a_restarted_operator_is_back_in_sync_without_a_request(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str
+) -> None:
+    """Restart with existing services: the first full pass reconciles every one of them from the cache and
+    sends nothing about them (the audit log of the operator's requests), then reports that it is done."""
+    names = [f"r{i}" for i in range(10)]
+    for n in names:
+        apply(cluster, svc(namespace, name=n, spec={"resources": {"gpu": {"count": 0}, "cpu": "10m", "memory": "16Mi"}}))
+
+    def settled() -> bool:
+        items = get(cluster, path(namespace, "poolingservices"))["items"]
+        return len(items) == 10 and all(cond(o, "Ready").get("status") == "True" and cond(o, "Progressing").get("status") == "False"
+                                        for o in items)
+
+    wait_for(settled, timeout=120, what="10 services Ready and rolled out")
+    operator.stop()
+    mark = cluster.audit.mark()
+    operator.start()
+    first_pass = r"^vllm_pooling_operator_first_pass_seconds (\S+)$"
+    wait_for(lambda: float((re.search(first_pass, operator.metrics(), re.M) or [0, 0])[1]) > 0, timeout=60, what="the first full pass")
+    assert _count(operator, "ok") >= 10  # a new process: every service of ours was visited in that pass
+    assert split(cluster.audit.since(mark, namespace))[2] == {}
+    seconds = float(re.search(first_pass, operator.metrics(), re.M)[1])  # type: ignore[index]
+    print(f"\nrestart: first full pass {seconds:.1f}s after start, no request about the 10 services")
+
+
 def operator_writes(operator: OperatorProcess) -> float:
     """Objects the operator created, changed or deleted, statuses it wrote and the autoscaler's scale and status
     writes, by its own metrics (the API server's counters cannot tell clients apart, and other tests'

@@ -274,5 +274,6 @@ class Autoscaler:
         if d.desired != r.current:
             await write_scale(self.kube, r.body, r.current, d)
             s.last_scale_time = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        await write_status(self.kube, r.body, d, r.current, r.ready, s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"))
+        await write_status(self.kube, r.body, d, r.current, r.ready,
+                           s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"), self.cache)
 

@@ -8,6 +8,7 @@ decision holds replicas in both of the first and the third, and says which.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ import aiohttp
 
 from pooling_operator.autoscaling.decide import Signals, signals_from
 from pooling_operator.vllm.metrics import Queries
+
+log = logging.getLogger(__name__)
 
 
 class QueryFailed(Exception):
@@ -67,7 +70,13 @@ class PrometheusReader:
                 if response.status != 200:
                     raise QueryFailed(f"HTTP {response.status} from {url}: {text[:200]}")
                 body: Any = await response.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            # Which of DNS, refusal or timeout comes first varies from one period to the next under load: the
+            # condition's message says the same thing each time (status is written only when it changes),
+            # the log says which.
+            log.debug("Prometheus query to %s failed: %s: %s", url, type(exc).__name__, exc)
+            raise QueryFailed(f"no connection to {url} within {self.endpoint.timeout:g}s") from exc
+        except (aiohttp.ClientError, ValueError) as exc:
             raise QueryFailed(f"{type(exc).__name__} from {url}: {exc}") from exc
         if body.get("status") != "success":
             raise QueryFailed(f"{body.get('errorType', 'error')}: {body.get('error', body)}")

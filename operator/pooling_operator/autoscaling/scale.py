@@ -12,6 +12,7 @@ from prometheus_client import Counter
 
 from pooling_operator.autoscaling.decide import Decision
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube
+from pooling_operator.k8s.cache import Cache
 from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,10 @@ async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: 
     await kube.event(body, "Normal", direction, decision.reason[:1000])
 
 
-async def write_status(kube: Kube, body: dict[str, Any], decision: Decision, current: int, ready: int, last_scale_time: str | None) -> bool:
+async def write_status(
+    kube: Kube, body: dict[str, Any], decision: Decision, current: int, ready: int, last_scale_time: str | None,
+    cache: Cache | None = None,
+) -> bool:
     """Apply status.autoscaling and the two conditions when they differ from what the object has; post an
     event per condition flip. Returns whether it wrote."""
     meta = body["metadata"]
@@ -96,7 +100,9 @@ async def write_status(kube: Kube, body: dict[str, Any], decision: Decision, cur
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         "status": new,
     }
-    await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    written = await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    if cache is not None:
+        cache.wrote(written)  # the next period reads it even if the watch has not shown it yet
     WRITES.labels("status").inc()
     for cond in C.flips(old_mine, new["conditions"]):
         if not old_mine and cond["status"] == ("True" if cond["type"] == C.METRICS_AVAILABLE else "False"):
