@@ -86,7 +86,7 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error. The
     # namespace's labels decide which policies apply (namespaceSelector), for the rules and the autoscaler alike.
     labels = await _namespace_labels(ctx, meta.get("namespace"), policies)
-    built = _built(ctx, body, policies, labels)
+    built = _built(ctx.memo, ctx.settings, ctx.operator_image, body, policies, labels)
     resource = built.resource
     problems, reason = built.problems, C.INVALID_SPEC
     if not problems and isinstance(resource, PoolingService):
@@ -148,7 +148,7 @@ def _controller_catching_up(ctx: Context, uid: str, deployment: dict[str, Any] |
 async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     old_status = body.get("status") or {}
-    built = _built(ctx, body, {}, None)
+    built = _built(ctx.memo, ctx.settings, ctx.operator_image, body, {}, None)
     if built.problems or built.resource is None:
         await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), built.problems))
         raise InvalidSpec(built.problems)

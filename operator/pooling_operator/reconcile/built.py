@@ -12,8 +12,8 @@ from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selec
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.diff import with_hash
-from pooling_operator.reconcile.context import Context
 from pooling_operator.vllm.contract import contract, resolve_version
+from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 
 
@@ -35,15 +35,19 @@ class Built:
         return self.key == key and self.policies == policies and self.labels == labels
 
 
-def _built(ctx: Context, body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None) -> Built:
-    """Validate and build once per spec (generation), labels, annotations, policies and namespace labels."""
+def _built(
+    memo: dict[str, Built], settings: Settings, operator_image: str | None,
+    body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None,
+) -> Built:
+    """Validate and build once per spec (generation), labels, annotations, policies and namespace labels;
+    `memo` holds the last result per uid."""
     meta = body["metadata"]
     key = (meta.get("generation"), meta.get("resourceVersion") if not meta.get("generation") else None,
            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
-    known = ctx.memo.get(meta["uid"])
+    known = memo.get(meta["uid"])
     if known is not None and known.fits(key, policies, labels):
         return known
-    result = validate({k: v for k, v in body.items() if k != "status"}, ctx.settings, dict(policies), labels)
+    result = validate({k: v for k, v in body.items() if k != "status"}, settings, dict(policies), labels)
     resource = result.resource
     built = Built(key, dict(policies), labels, resource, result.errors)
     if not result.errors and resource is not None:
@@ -52,7 +56,7 @@ def _built(ctx: Context, body: dict[str, Any], policies: Mapping[str, Autoscalin
         if isinstance(resource, PoolingService | ScoringService):
             policy, policy_problems = _policy(resource, policies, labels)
         version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
-        build_ctx = BuildContext(policy=policy, **({"operator_image": ctx.operator_image} if ctx.operator_image else {}))
+        build_ctx = BuildContext(policy=policy, **({"operator_image": operator_image} if operator_image else {}))
         desired = [with_hash(o) for o in build(resource, contract(version), build_ctx)] if not policy_problems else []  # type: ignore[arg-type]
         argv: list[str] = []
         workload = next((o for o in desired if o["kind"] == "Deployment"), None)
@@ -60,7 +64,7 @@ def _built(ctx: Context, body: dict[str, Any], policies: Mapping[str, Autoscalin
             container = workload["spec"]["template"]["spec"]["containers"][0]
             argv = [*container["command"], *container["args"]]
         built = Built(key, dict(policies), labels, resource, [], policy, policy_problems, desired, argv)
-    ctx.memo[meta["uid"]] = built
+    memo[meta["uid"]] = built
     return built
 
 
