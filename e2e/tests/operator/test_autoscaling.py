@@ -104,8 +104,10 @@ def test_load_step_scales_up_fast_and_down_only_after_the_window(
         # Two scrape intervals plus one decision period, and 1.5 s for the exporters to pick up the new load
         # file and for this poll.
         assert reaction <= 2 * SCRAPE_SECONDS + AUTOSCALE_SECONDS + 1.5
-        ups = [e for e in events(cluster, namespace, "emb") if e["reason"] == "ScaledUp"]
-        assert ups and "scaling 1 ->" in ups[0]["message"]
+        # The event follows the scale write (a separate request): wait for it rather than race it.
+        ups = wait_for(lambda: [e for e in events(cluster, namespace, "emb") if e["reason"] == "ScaledUp"], timeout=10,
+                       what="the ScaledUp event")
+        assert "scaling 1 ->" in ups[0]["message"]
 
         # New replicas load their model (the kwok stand-in holds them 4 s): not capacity, not reporting.
         def loading() -> dict[str, Any] | None:
@@ -183,7 +185,8 @@ def test_policy_cap_holds(
                        what="ScalingLimited PolicyMaxReplicas")
         assert replicas(cluster, namespace, "capped") == 2
         assert "limits.maxReplicas is 2" in cond(obj, "ScalingLimited")["message"]
-        assert any(e["reason"] == "PolicyMaxReplicas" and e["type"] == "Warning" for e in events(cluster, namespace, "capped"))
+        wait_for(lambda: any(e["reason"] == "PolicyMaxReplicas" and e["type"] == "Warning" for e in events(cluster, namespace, "capped")),
+                 timeout=15, what="the PolicyMaxReplicas event")
 
 
 def test_namespace_gpu_budget_holds_while_two_services_race(

@@ -125,8 +125,9 @@ def test_create_to_ready_with_owned_children(
         "Degraded": "False",
     }
     assert "finalizers" not in obj["metadata"]
-    reasons = {e["reason"] for e in events(cluster, namespace, "emb")}
-    assert {"Created", "RoutesNotProtected", "Available"} <= reasons
+    # Events follow the writes they tell of (posted in the background): wait for them, not race them.
+    wait_for(lambda: {"Created", "RoutesNotProtected", "Available"} <= {e["reason"] for e in events(cluster, namespace, "emb")},
+             timeout=15, what="the Created, RoutesNotProtected and Available events")
     table = cluster.kubectl("get", "pooling", "-n", namespace).stdout
     assert re.search(r"emb\s+sentence-transformers/all-MiniLM-L6-v2\s+embed\s+True\s+Available\s+1\s+1", table), table
 
@@ -184,9 +185,8 @@ def test_invalid_spec_gets_spec_valid_false_and_no_children(
     assert message.startswith("spec.task: BertModel") and "Unsupported task: classify" in message
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     assert get(cluster, path(namespace, "deployments", "bad")) is None
-    assert any(
-        e["type"] == "Warning" and e["reason"] == "InvalidSpec" for e in events(cluster, namespace, "bad")
-    )
+    wait_for(lambda: any(e["type"] == "Warning" and e["reason"] == "InvalidSpec" for e in events(cluster, namespace, "bad")),
+             timeout=15, what="the InvalidSpec event")
     # Fixing the spec is enough: no retries were pending, the update itself triggers the reconcile.
     apply(cluster, svc(namespace, name="bad", spec={"task": "embed"}))
     wait_for(lambda: ready(cluster, namespace, "bad"), timeout=90, what="Ready after the fix")
