@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -260,6 +261,7 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
     cp = ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
     row: dict[str, Any] = {"n": n}
     audit = cp.audit
+    ops: list[OperatorProcess] = []  # stopped whatever happens: an operator outliving its control plane spins
     try:
         install_crds(cp)
         kubeconfig = least_privilege_kubeconfig(cp)
@@ -281,7 +283,9 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         # 2. ours
         cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})  # type: ignore[union-attr]
         wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/bench/serviceaccounts/default")[0] == 200, timeout=60, what="bench SA")  # type: ignore[union-attr]
-        op = OperatorProcess(cp, "operator", resync_seconds=30, standalone=True, kubeconfig=kubeconfig).start(timeout=120)
+        op = OperatorProcess(cp, "operator", resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
+        ops.append(op)
+        op.start(timeout=120)
         watch = DeploymentWatch(cp, "bench")
         objs = services(n, "bench")
         create_mark = audit.mark()
@@ -323,7 +327,9 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         op.stop()
         mark = audit.mark()
         restarted = time.monotonic()
-        op2 = OperatorProcess(cp, "operator-restarted", resync_seconds=30, standalone=True, kubeconfig=kubeconfig).start(timeout=120)
+        op2 = OperatorProcess(cp, "operator-restarted", resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
+        ops.append(op2)
+        op2.start(timeout=120)
         wait_for(lambda: metric(op2, "vllm_pooling_operator_first_pass_seconds") > 0, timeout=600, interval=0.5, what="the first full pass")
         row["restart_resync_s"] = round(metric(op2, "vllm_pooling_operator_first_pass_seconds"), 2)
         row["restart_wall_s"] = round(time.monotonic() - restarted, 2)
@@ -344,6 +350,8 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         watch.stop()
         op2.stop()
     finally:
+        for o in ops:
+            o.stop()
         cp.stop()
     return row
 
@@ -355,6 +363,7 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep each run's folder (logs, audit log)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reconcile.json")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the operator and the control plane
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
                "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY}
