@@ -4,20 +4,23 @@ reconcile from it. A fake API records requests; the cache's indexes are plain di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import gc
 import itertools
 import tracemalloc
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from pooling_operator.k8s.cache import Cache, index_key, owner_key, project, replica_managers
 from pooling_operator.reconcile import Context
 from pooling_operator.runtime.core import POLICIES_KEY, Runtime
 from pooling_operator.runtime.queue import WorkQueue
-from tests.factories import pooling
+from tests.factories import policy, pooling
 
 # ---------------------------------------------------------------------------------------------------------
 # The work queue
@@ -135,14 +138,19 @@ def test_a_watch_event_or_the_owners_deletion_forgets_our_writes() -> None:
 class FakeKube:
     """Answers writes as the API server would (uid and resourceVersion assigned) and counts every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, *stores: dict[Any, list[dict[str, Any]]]) -> None:
         self.requests: dict[str, int] = defaultdict(int)
         self.rv = itertools.count(100)
         self.uids: dict[tuple[str, str], str] = {}  # (kind, name) -> uid of the objects "stored"
+        self.stores = stores  # where a status write finds the whole object it answers with
 
     async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
         self.requests[f"patch {obj['kind']}{'/' + subresource if subresource else ''}"] += 1
         out = copy.deepcopy(obj)
+        key = owner_key(obj)
+        stored = next((b for store in self.stores for b in store.get(key) or store.get(key[2]) or ()), None)
+        if subresource == "status" and stored is not None:  # the API server answers with the whole object
+            out = {**copy.deepcopy(stored), "status": out["status"]}
         out["metadata"]["uid"] = self.uids.setdefault((obj["kind"], obj["metadata"]["name"]), f"uid-{next(self.rv)}")
         out["metadata"]["resourceVersion"] = str(next(self.rv))
         return out
@@ -168,10 +176,11 @@ class World:
     """kopf's side: indexes fed by 'watch events', and the runtime's handlers called as the handlers module does."""
 
     def __init__(self, workers: int = 4) -> None:
-        self.kube = FakeKube()
         self.owners: dict[Any, list[dict[str, Any]]] = {}
+        self.policies: dict[Any, list[dict[str, Any]]] = {}
+        self.kube = FakeKube(self.owners, self.policies)
         self.children: dict[str, dict[Any, list[dict[str, Any]]]] = defaultdict(dict)
-        self.cache = Cache(owners=self.owners, children=self.children, policy_index={})
+        self.cache = Cache(owners=self.owners, children=self.children, policy_index=self.policies)
         self.ctx = Context(kube=self.kube, cache=self.cache)  # type: ignore[arg-type]
         self.runtime = Runtime(self.ctx, None, workers=workers)
         self.uids = itertools.count()
@@ -206,45 +215,57 @@ async def drained(world: World) -> None:
     await asyncio.wait_for(world.runtime.queue.join(), 30)
 
 
+@contextlib.asynccontextmanager
+async def running(world: World, *names: str) -> AsyncIterator[list[dict[str, Any]]]:
+    """The runtime started, `names` created as the initial listing, the caches synced and the first pass done."""
+    await world.runtime.start()
+    bodies = [world.create(name) for name in names]
+    world.runtime.cache_synced()
+    await drained(world)
+    try:
+        yield bodies
+    finally:
+        await world.runtime.stop()
+
+
+def reconciled() -> float:
+    return REGISTRY.get_sample_value("vllm_pooling_operator_reconciles_total", {"kind": "PoolingService", "result": "ok"}) or 0.0
+
+
 def test_a_first_pass_creates_children_then_an_idle_cluster_gets_no_request_at_all() -> None:
     async def main() -> None:
         world = World()
-        await world.runtime.start()
-        bodies = [world.create(f"svc-{i}") for i in range(20)]
-        world.runtime.cache_synced()
-        await drained(world)
-        created = dict(world.kube.requests)
-        assert created["patch Deployment"] == 20 and created["patch Service"] == 20
-        assert "get" not in created and "list" not in created  # everything read came from the cache
-        # The watch shows our writes; each owner reconciles once more and finds nothing to do.
-        world.show_writes()
-        await drained(world)
-        patched = sum(v for k, v in world.kube.requests.items() if k.startswith("patch") and "/status" not in k)
-        assert patched == sum(v for k, v in created.items() if k.startswith("patch") and "/status" not in k)
-        before = dict(world.kube.requests)
-        # Events that change nothing (a pod or a foreign label): reconciles, no request.
-        for body in bodies:
-            world.runtime.on_child({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "labels": {
-                "app.kubernetes.io/instance": body["metadata"]["name"], "app.kubernetes.io/component": "pooling-service"}}},
-                deleted=False)
-        await drained(world)
-        assert dict(world.kube.requests) == before
-        await world.runtime.stop()
+        async with running(world, *(f"svc-{i}" for i in range(20))) as bodies:
+            created = dict(world.kube.requests)
+            assert created["patch Deployment"] == 20 and created["patch Service"] == 20
+            assert "get" not in created and "list" not in created  # everything read came from the cache
+            # The watch shows our writes; each owner reconciles once more and finds nothing to do.
+            world.show_writes()
+            await drained(world)
+            patched = sum(v for k, v in world.kube.requests.items() if k.startswith("patch") and "/status" not in k)
+            assert patched == sum(v for k, v in created.items() if k.startswith("patch") and "/status" not in k)
+            before, visits = dict(world.kube.requests), reconciled()
+            # Events that change nothing (a pod or a foreign label): reconciles, no request.
+            for body in bodies:
+                world.runtime.on_child({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "labels": {
+                    "app.kubernetes.io/instance": body["metadata"]["name"], "app.kubernetes.io/component": "pooling-service"}}},
+                    deleted=False)
+            await drained(world)
+            assert reconciled() == visits + 20
+            assert dict(world.kube.requests) == before
 
     asyncio.run(main())
 
 
-def test_a_policy_change_queues_every_resource_once() -> None:
+def test_a_policy_change_reconciles_every_resource_once() -> None:
     async def main() -> None:
         world = World()
-        await world.runtime.start()
-        for i in range(5):
-            world.create(f"svc-{i}")
-        world.runtime.cache_synced()
-        await drained(world)
-        visited = await world.runtime.full_pass("policy")
-        assert visited == 5 and len(world.runtime.queue) == 0
-        await world.runtime.stop()
+        async with running(world, *(f"svc-{i}" for i in range(5))):
+            visits = reconciled()
+            assert await world.runtime.full_pass("policy") == 5
+            assert reconciled() == visits + 5 and len(world.runtime.queue) == 0
+            world.runtime.on_policy(listed=True)  # kopf's initial listing: the first pass covered it
+            assert len(world.runtime.queue) == 0
 
     asyncio.run(main())
 
@@ -297,15 +318,22 @@ def test_10000_create_delete_cycles_leave_no_per_object_state_and_flat_memory() 
     assert after_10k - after_1k < 256 * 1024  # flat: 9,000 more cycles keep less than 256 KiB more
 
 
-def test_the_policies_key_recounts_without_reading() -> None:
+def test_the_policies_key_recounts_from_the_cache_and_writes_the_count() -> None:
     async def main() -> None:
         world = World()
-        await world.runtime.start()
-        world.runtime.cache_synced()
-        world.runtime.queue.add(POLICIES_KEY)
-        await drained(world)
-        assert "list" not in world.kube.requests and "get" not in world.kube.requests
-        await world.runtime.stop()
+        body = policy()
+        body["metadata"].update(uid="p-1", generation=1, resourceVersion="1")
+        world.policies["default"] = [body]
+        async with running(world):
+            auto = world.create("auto")
+            auto["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+            world.owners[owner_key(auto)] = [project(auto)]
+            written = world.kube.requests["patch AutoscalingPolicy/status"]  # the first pass counted 0 services
+            world.runtime.queue.add(POLICIES_KEY)
+            await drained(world)
+            assert world.kube.requests["patch AutoscalingPolicy/status"] == written + 1
+            assert "list" not in world.kube.requests and "get" not in world.kube.requests
+            assert world.cache.policy_bodies()[0]["status"].get("services") == 1, world.cache.policy_bodies()[0]["status"]
 
     asyncio.run(main())
 
@@ -313,19 +341,15 @@ def test_the_policies_key_recounts_without_reading() -> None:
 def test_a_namespace_label_change_queues_its_resources_only() -> None:
     async def main() -> None:
         world = World()
-        await world.runtime.start()
-        world.create("a")
-        world.runtime.cache_synced()
-        await drained(world)
-        world.runtime.on_namespace("ns", {"team": "a"}, deleted=False)  # first seen: the first pass covered it
-        world.runtime.on_namespace("other", {"team": "a"}, deleted=False)
-        assert len(world.runtime.queue) == 0
-        world.runtime.on_namespace("other", {"team": "b"}, deleted=False)  # nothing of ours there
-        assert len(world.runtime.queue) == 0
-        world.runtime.on_namespace("ns", {"team": "b"}, deleted=False)
-        assert len(world.runtime.queue) == 1
-        await drained(world)
-        await world.runtime.stop()
+        async with running(world, "a"):
+            world.runtime.on_namespace("ns", {"team": "a"}, deleted=False)  # first seen: the first pass covered it
+            world.runtime.on_namespace("other", {"team": "a"}, deleted=False)
+            assert len(world.runtime.queue) == 0
+            world.runtime.on_namespace("other", {"team": "b"}, deleted=False)  # nothing of ours there
+            assert len(world.runtime.queue) == 0
+            world.runtime.on_namespace("ns", {"team": "b"}, deleted=False)
+            assert len(world.runtime.queue) == 1
+            await drained(world)
 
     asyncio.run(main())
 

@@ -105,7 +105,7 @@ async def _policy_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_:
     runtime: Runtime = memo.runtime
     runtime.cache_synced()
     runtime.ctx.cache.observed(_plain(body), deleted=type == "DELETED")
-    runtime.on_policy()
+    runtime.on_policy(listed=type is None)
 
 
 for _kind in WATCHED:

@@ -31,6 +31,7 @@ WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten a
 
 
 def owner_key(body: Mapping[str, Any]) -> OwnerKey:
+    """(kind, namespace, name) of an object: an owner's key in the indexes, any object's in our writes."""
     meta = body["metadata"]
     return (str(body["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
 
@@ -105,7 +106,7 @@ class _Written:
     parent: str  # the owner's uid for a child, "" for an owner
 
 
-WrittenKey = tuple[str, str, str]  # (kind, namespace, name)
+WrittenKey = OwnerKey  # (kind, namespace, name) of any object, as owner_key makes it
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Cache:
         return next(iter(self.namespaces.get(name) or ()), None)
 
     def policy_bodies(self) -> list[dict[str, Any]]:
-        found = (self._fresher(_key(b), b) for store in self.policy_index.values() for b in store)
+        found = (self._fresher(owner_key(b), b) for store in self.policy_index.values() for b in store)
         return [b for b in found if b is not None]
 
     def policies(self) -> dict[str, AutoscalingPolicySpec]:
@@ -189,7 +190,7 @@ class Cache:
         self._remember(obj, None, parent)
 
     def _remember(self, obj: Mapping[str, Any], stored: dict[str, Any] | None, parent: str) -> None:
-        key = _key(obj)
+        key = owner_key(obj)
         self._drop(key)
         self._written[key] = _Written(stored, _uid(obj), _rv(obj), self.clock(), parent)
         if parent:
@@ -206,7 +207,7 @@ class Cache:
 
     def observed(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A watch event: forget our write of this object once the watch shows it (or shows it gone)."""
-        key = _key(body)
+        key = owner_key(body)
         written = self._written.get(key)
         if written is None or written.uid != _uid(body):
             return
@@ -239,11 +240,6 @@ class Cache:
             self._drop(key)  # the watch has caught up
             return watched
         return written.obj
-
-
-def _key(obj: Mapping[str, Any]) -> WrittenKey:
-    meta = obj["metadata"]
-    return (str(obj["kind"]), str(meta.get("namespace") or ""), str(meta["name"]))
 
 
 def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:

@@ -47,6 +47,7 @@ class Context:
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
     memo: dict[str, Built] = field(default_factory=dict)  # uid -> what its spec validated and built to
     catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
+    verified: dict[str, dict[tuple[str, str], tuple[str, str]]] = field(default_factory=dict)  # uid -> child -> (rv, hash) found equal
     autoscaler: Autoscaler | None = None
     _events: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
 
@@ -54,6 +55,7 @@ class Context:
         """Drop the per-object state of a resource that is gone."""
         self.memo.pop(uid, None)
         self.catching_up.pop(uid, None)
+        self.verified.pop(uid, None)
         self.warned = {w for w in self.warned if w[0] != uid}
 
     def background(self, coro: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pooling_operator.api.kinds import OPTIONAL_KINDS
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders.diff import needs_apply
+from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
@@ -63,7 +63,7 @@ async def _converge(
     uid = body["metadata"]["uid"]
     current = dict(observed)
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-    todo = [o for o in desired if needs_apply(o, observed.get((o["kind"], o["metadata"]["name"])))
+    todo = [o for o in desired if _differs(ctx, uid, o, observed.get((o["kind"], o["metadata"]["name"])))
             and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
     done: dict[str, list[str]] = {"Created": [], "Updated": []}
     try:
@@ -91,6 +91,22 @@ async def _converge(
         log.info("Deleted %s", _ref(obj))
         ctx.event(body, "Normal", "Deleted", f"Deleted {obj['kind']} {obj['metadata']['name']}: no longer desired.")
     return current
+
+
+def _differs(ctx: Context, uid: str, obj: dict[str, Any], have: dict[str, Any] | None) -> bool:
+    """needs_apply, remembered: a child found equal at a resourceVersion stays equal until it or what we want
+    of it (its applied-hash) changes, so a reconcile after a pod event compares nothing again."""
+    if have is None:
+        return True
+    key = (obj["kind"], obj["metadata"]["name"])
+    mark = (str(have["metadata"].get("resourceVersion")), obj["metadata"]["annotations"].get(HASH_ANNOTATION, ""))
+    seen = ctx.verified.get(uid)
+    if seen is not None and seen.get(key) == mark:
+        return False
+    if needs_apply(obj, have):
+        return True
+    ctx.verified.setdefault(uid, {})[key] = mark
+    return False
 
 
 async def _apply_child(

@@ -30,6 +30,7 @@ from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
 from pooling_operator.runtime.lease import LEADER, Leadership
+from pooling_operator.runtime.queue import WorkQueue
 from pooling_operator.status.conditions import settled
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,10 @@ class Runtime:
     def __init__(self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS) -> None:
         self.ctx = ctx
         self.leadership = leadership
-        self.queue: Any = None  # a WorkQueue once started (it needs the running loop)
+        self.queue: WorkQueue[OwnerKey] = WorkQueue()
         self.workers = workers
         self.synced = False
-        self.first_pass_seconds: float | None = None
-        self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since
-        self._uids: dict[OwnerKey, str] = {}
+        self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since (the gauge counts them)
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -72,10 +71,7 @@ class Runtime:
         return self.leading
 
     async def start(self) -> None:
-        from pooling_operator.runtime.queue import WorkQueue
-
         ctx = self.ctx
-        self.queue = WorkQueue[OwnerKey]()
         ctx.autoscaler = Autoscaler(
             ctx.kube, ctx.cache, leading=self._leading, period=AUTOSCALE_SECONDS,
             default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
@@ -119,10 +115,8 @@ class Runtime:
         if deleted:
             self.forget(key, body["metadata"].get("uid") or "")
         else:
-            uid = body["metadata"].get("uid") or ""
-            self._uids[key] = uid
             self._settled.discard(key)
-            self._add(key, first=uid not in self.ctx.memo)  # new: ahead of the re-reconciles
+            self._add(key, first=body["metadata"].get("uid") not in self.ctx.memo)  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
             self._recount_policies()
 
@@ -134,9 +128,10 @@ class Runtime:
             self._settled.discard(key)
             self._add(key)
 
-    def on_policy(self) -> None:
-        """A policy appeared, changed or went away: every service may follow another one now."""
-        if self.synced:
+    def on_policy(self, listed: bool = False) -> None:
+        """A policy appeared, changed or went away: every service may follow another one now. A policy only
+        listed (kopf's initial listing) changes nothing the first full pass does not already cover."""
+        if self.synced and not listed:
             self.ctx.background(self.full_pass("policy"))
 
     def on_namespace(self, name: str, labels: dict[str, str], deleted: bool) -> None:
@@ -154,21 +149,19 @@ class Runtime:
                 self._add(key)
 
     def _add(self, key: OwnerKey, *, first: bool = False) -> None:
-        if self.queue is not None and self.synced:
+        if self.synced:
             self.queue.add(key, first=first)
             QUEUED.set(len(self.queue))
 
     def _recount_policies(self) -> None:
-        if self.queue is not None and self.synced:
+        if self.synced:
             self.queue.add_after(POLICIES_KEY, POLICY_RECOUNT_SECONDS)
 
     def forget(self, key: OwnerKey, uid: str) -> None:
         """Drop every piece of per-object state of a deleted resource, so memory stays flat under churn."""
         ctx = self.ctx
         self._settled.discard(key)
-        self._uids.pop(key, None)
-        if self.queue is not None:
-            self.queue.discard(key)
+        self.queue.discard(key)
         ctx.failures.pop(uid, None)
         ctx.forget(uid)
         ctx.cache.forget(uid)
@@ -179,10 +172,10 @@ class Runtime:
         """How much per-object state is held (the churn test reads it)."""
         ctx = self.ctx
         return {
-            "settled": len(self._settled), "uids": len(self._uids), "failures": len(ctx.failures),
-            "warned": len(ctx.warned), "memo": len(ctx.memo), "catching_up": len(ctx.catching_up), "written": ctx.cache.remembered(),
-            "queued": len(self.queue) if self.queue is not None else 0,
-            "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY) if self.queue is not None else 0,
+            "settled": len(self._settled), "failures": len(ctx.failures),
+            "warned": len(ctx.warned), "memo": len(ctx.memo), "catching_up": len(ctx.catching_up), "verified": len(ctx.verified), "written": ctx.cache.remembered(),
+            "queued": len(self.queue),
+            "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY),
             "tracked": len(ctx.autoscaler.services) if ctx.autoscaler is not None else 0,
         }
 
@@ -240,13 +233,13 @@ class Runtime:
 
     async def _first_pass(self) -> None:
         visited = await self.full_pass("start")
-        self.first_pass_seconds = time.monotonic() - STARTED
-        FIRST_PASS.set(self.first_pass_seconds)
-        log.info("First full pass done: %d resources in sync %.1fs after start", visited, self.first_pass_seconds)
+        seconds = time.monotonic() - STARTED
+        FIRST_PASS.set(seconds)
+        log.info("First full pass done: %d resources in sync %.1fs after start", visited, seconds)
 
     async def full_pass(self, why: str) -> int:
         """Queue every resource and wait until the queue has drained; returns how many were queued."""
-        if self.queue is None or not self.leading:
+        if not self.leading:
             return 0
         keys = self.ctx.cache.owner_keys()
         self._settled.clear()
