@@ -29,8 +29,10 @@ def render(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_golden_render(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Policies are resolved from the same input, as `render examples/` does.
-    out = render(capsys, str(example), str(ROOT / "examples" / "autoscaling-policy.yaml"))
+    # Policies are resolved from the same input, as `render examples/` does (once: the same object twice in
+    # one input is refused).
+    policy = ROOT / "examples" / "autoscaling-policy.yaml"
+    out = render(capsys, *dict.fromkeys([str(example), str(policy)]))
     golden = GOLDEN / example.name
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.mkdir(parents=True, exist_ok=True)
@@ -134,12 +136,12 @@ def test_secrets_come_from_secrets_and_offline_volume_models() -> None:
     obj = pooling({
         "model": {"revision": None, "source": {"volume": {"claimName": "models", "path": "/minilm"}}},
         "service": {"apiKeySecretRef": {"name": "key", "key": "k"}},
-        "engine": {"env": [{"name": "HF_HOME", "value": "/elsewhere"}]},
+        "engine": {"env": [{"name": "HF_HOME", "value": "/cache/elsewhere"}]},
     })
     c = vllm_container(objects(obj)["Deployment"])
     env = env_of(c)
     assert env["VLLM_API_KEY"] == {"secretKeyRef": {"name": "key", "key": "k"}}
-    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/elsewhere"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/cache/elsewhere"
     assert c["args"][0] == "/models/minilm"
     assert not any("key" == a or "--api-key" in a for a in c["args"])
     hf = vllm_container(objects(pooling({"model": {"source": {"huggingFace": {"tokenSecretRef": {"name": "hf", "key": "t"}}}}}))["Deployment"])

@@ -20,7 +20,7 @@ from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_p
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
-from pooling_operator.vllm.validate import Result, problem_line, validate
+from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
 
@@ -37,7 +37,11 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
         if isinstance(result.resource, AutoscalingPolicy) and result.ok:
             policies[result.resource.metadata.name] = result.resource.spec
     # Services are checked against the policies found in the same input, when there are any.
-    return [(doc.file, validate(doc.body, settings, policies or None)) for doc in docs]
+    results = [(doc.file, validate(doc.body, settings, policies or None)) for doc in docs]
+    duplicates = duplicate_problems([(f"{doc.file} (document {doc.index + 1})", doc.body) for doc in docs])
+    for i, problem in duplicates.items():
+        results[i][1].problems.append(problem)
+    return results
 
 
 def _report(file: str, result: Result, out: Any) -> None:

@@ -1,7 +1,14 @@
-"""Reading and writing YAML manifests: files and folders in, documents out; deterministic dumps."""
+"""Reading and writing YAML manifests: files and folders in, documents out; deterministic dumps.
+
+Whatever the input, reading it is bounded in time and memory and ends either in documents or in one
+ManifestError line: every document is composed into YAML nodes first and measured (nesting, aliases, size)
+before any Python value is built from it, the way the API server's decoder refuses alias bombs before it
+expands them.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +18,16 @@ import yaml
 
 
 class ManifestError(Exception):
-    """A file that cannot be read or parsed."""
+    """A file that cannot be read or parsed, or that no API server would take."""
 
+
+# The bounds of what we read. An object the API server stores is at most 1.5 MiB (etcd's request limit), and
+# the deepest of ours (a Deployment's pod template) is nested about 15 levels deep.
+MAX_FILE_BYTES = 64 << 20  # one file
+MAX_DOCUMENTS = 10_000  # documents in one invocation, every file together
+MAX_DOCUMENT_BYTES = 3 << 19  # 1.5 MiB of scalars in one document, aliases expanded
+MAX_VALUES = 100_000  # scalars, lists and mappings in one document, aliases expanded
+MAX_DEPTH = 100  # lists and mappings nested in one another
 
 # libyaml's C parser and emitter when PyYAML was built with them (its wheels are): the same documents and the
 # same bytes as the pure-Python ones, several times faster (`bench/validate`).
@@ -39,6 +54,70 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def measure(node: yaml.Node) -> str | None:
+    """Why a composed document is refused (nesting, an alias cycle, too many values or bytes once its aliases
+    are expanded), or None. Iterative and linear in the nodes as written, however far the aliases expand."""
+    # per node as written: (values, scalar bytes, depth) of its expansion; an alias is the node it names
+    sizes: dict[int, tuple[int, int, int]] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, done = stack.pop()
+        key = id(current)
+        if done:
+            open_.discard(key)
+            values, size, depth = 1, len(current.value) if isinstance(current, yaml.ScalarNode) else 0, 0
+            for child in _children(current):
+                v, s, d = sizes[id(child)]
+                values, size, depth = values + v, size + s, max(depth, d)
+            depth += 0 if isinstance(current, yaml.ScalarNode) else 1
+            if depth > MAX_DEPTH:
+                return f"{_at(current)}nested more than {MAX_DEPTH} levels deep"
+            if values > MAX_VALUES:
+                return f"{_at(current)}expands to more than {MAX_VALUES:,} values{_aliased(node)}"
+            if size > MAX_DOCUMENT_BYTES:
+                return f"{_at(current)}holds more than 1.5 MiB, the most the API server stores in one object{_aliased(node)}"
+            sizes[key] = (values, size, depth)
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            return f"{_at(current)}an alias refers to a value that contains it"
+        open_.add(key)
+        stack.append((current, True))
+        stack.extend((child, False) for child in reversed(_children(current)) if id(child) not in sizes)
+    return None
+
+
+def _at(node: yaml.Node) -> str:
+    mark = node.start_mark
+    return f"line {mark.line + 1}: " if mark is not None else ""
+
+
+def _aliased(node: yaml.Node) -> str:
+    return " (YAML aliases count once per use)" if _uses_aliases(node) else ""
+
+
+def _uses_aliases(node: yaml.Node) -> bool:
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            return True
+        seen.add(id(current))
+        stack.extend(_children(current))
+    return False
+
+
 @dataclass(frozen=True)
 class Document:
     file: str
@@ -60,20 +139,68 @@ def expand(paths: list[str]) -> list[Path]:
     return out
 
 
+def _read(path: Path) -> str:
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with path.open("rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise ManifestError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; split it into several files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ManifestError(f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); YAML files are UTF-8") from exc
+
+
 def load(paths: list[str]) -> Iterator[Document]:
-    """Every non-empty document of every file; ManifestError on unreadable or malformed input."""
+    """Every non-empty document of every file; ManifestError, one line, on unreadable, malformed or unbounded
+    input: a top-level value that is not a mapping, nesting, aliases or sizes beyond the bounds above."""
+    count = 0
     for path in expand(paths):
+        loader = _StrictLoader(_read(path))
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{path}: cannot read: {exc}") from exc
-        try:
-            docs = list(yaml.load_all(text, Loader=_StrictLoader))
-        except yaml.YAMLError as exc:
-            raise ManifestError(f"{path}: malformed YAML: {exc}".replace("\n", " ")) from exc
-        for index, body in enumerate(docs):
-            if body is not None:
-                yield Document(str(path), index, body)
+            index = 0
+            while True:
+                try:
+                    if not loader.check_node():
+                        break
+                    node = loader.get_node()
+                except yaml.YAMLError as exc:
+                    raise ManifestError(f"{path}: malformed YAML: {_one_line(exc)}") from exc
+                except RecursionError as exc:  # the pure-Python composer, where libyaml is missing
+                    raise ManifestError(f"{path}: document {index + 1}: nested more than {MAX_DEPTH} levels deep") from exc
+                where = f"{path}: document {index + 1}: "
+                if node is None:
+                    index += 1
+                    continue
+                count += 1
+                if count > MAX_DOCUMENTS:
+                    raise ManifestError(f"{where}more than {MAX_DOCUMENTS:,} documents in one input; split it")
+                refused = measure(node)
+                if refused:
+                    raise ManifestError(where + refused)
+                try:
+                    body = loader.construct_document(node)
+                except yaml.YAMLError as exc:
+                    raise ManifestError(f"{path}: malformed YAML: {_one_line(exc)}") from exc
+                if body is not None and not isinstance(body, dict):
+                    shape = "a list" if isinstance(body, list) else f"a single {type(body).__name__} value"
+                    raise ManifestError(f"{where}{shape}, not an object: each document must be a mapping with "
+                                        "apiVersion, kind, metadata and spec")
+                if body is not None:
+                    yield Document(str(path), index, body)
+                index += 1
+        finally:
+            loader.dispose()
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    return " ".join(str(exc).replace('in "<unicode string>", ', "").split())
 
 
 def dump_all(objects: list[dict[str, Any]]) -> str:

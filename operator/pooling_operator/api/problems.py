@@ -21,6 +21,18 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
+SHOWN_CHARACTERS = 200
+
+
+def shown(text: str, limit: int = SHOWN_CHARACTERS) -> str:
+    """User text as a message quotes it: whole when short, else its start and how much was left out (a name,
+    key or value may be megabytes long; an answer stays one readable line)."""
+    text = text.replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def join_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:

@@ -15,7 +15,7 @@ from pooling_operator import API_VERSION
 from pooling_operator.api import KINDS, AnyResource
 from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.api.problems import Problem, from_validation_error
+from pooling_operator.api.problems import Problem, from_validation_error, shown
 from pooling_operator.vllm.rules import Settings, check
 
 NAME_MESSAGE = M.NAME_DNS1035
@@ -83,7 +83,40 @@ def validate(
 def problem_line(result: Result, problem: Problem) -> str:
     """One problem as `pooling-operator validate` prints it (after the file name) and admission answers it."""
     prefix = "warning: " if problem.severity == "warning" else ""
-    return f"{result.kind}/{result.name}: {problem.path}: {prefix}{problem.message}"
+    return f"{shown(result.kind)}/{shown(result.name)}: {shown(problem.path)}: {prefix}{shown(problem.message, 1000)}"
+
+
+def identity(obj: Any) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) as the API server keys the object (a namespaced kind without a namespace lands
+    in `default`, as render places it), or None for what is not one of our kinds."""
+    if not isinstance(obj, Mapping) or obj.get("apiVersion") != API_VERSION:
+        return None
+    kind, name = identify(obj)
+    info = KINDS.get(kind)
+    if info is None or name == "?":
+        return None
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    namespace = (meta.get("namespace") or "default") if info.namespaced else ""
+    return kind, str(namespace), name
+
+
+def duplicate_problems(places: list[tuple[str, Any]]) -> dict[int, Problem]:
+    """{index: problem} for every object whose kind, namespace and name an earlier one of the same input has
+    ((where, body) pairs in input order): applied together, the later would silently replace the earlier."""
+    first: dict[tuple[str, str, str], str] = {}
+    out: dict[int, Problem] = {}
+    for i, (where, body) in enumerate(places):
+        key = identity(body)
+        if key is None:
+            continue
+        if key in first:
+            kind, namespace, name = key
+            what = f"{kind} {namespace + '/' if namespace else ''}{name}"
+            out[i] = Problem("metadata.name", f"{what} is also defined in {first[key]}; one would silently replace "
+                                              "the other: rename one or remove it")
+        else:
+            first[key] = where
+    return out
 
 
 @dataclass(frozen=True)
