@@ -136,7 +136,19 @@ class ModelHints(Spec):
         default=None, ge=1, le=1024, description="config.json num_hidden_layers: the highest valid hidden-state layer id."
     )
     hidden_size: int | None = Field(
-        default=None, ge=1, le=1048576, description="config.json hidden_size: used to estimate hidden-state file sizes."
+        default=None,
+        ge=1,
+        le=1048576,
+        description="config.json hidden_size: estimates hidden-state file sizes, and bounds the Matryoshka sizes "
+        "when nothing projects the output (see embeddingSize).",
+    )
+    embedding_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1048576,
+        description="The size of the vectors the model outputs when it differs from hiddenSize: config.json "
+        "embedding_size, else the out_features of its last sentence-transformers Dense layer. vLLM refuses "
+        "Matryoshka dimensions above it with 400 on every request.",
     )
     vocab_size: int | None = Field(
         default=None, ge=1, le=16777216, description="config.json vocab_size: label token ids must be below it."

@@ -62,6 +62,7 @@ KINDS: dict[str, Kind] = {
         Kind("v1", "ConfigMap", "configmaps", role="child"),
         Kind("v1", "ServiceAccount", "serviceaccounts", role="child"),
         Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", role="child"),
+        Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", role="child"),
         Kind("rbac.authorization.k8s.io/v1", "Role", "roles", role="child"),
         Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", role="child"),
         Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", role="child"),

@@ -154,6 +154,46 @@ class MonitoringSpec(Spec):
     pod_monitor: bool = Field(default=False, description="Create a PodMonitor for /metrics.")
 
 
+class LabelSelectorRequirement(Spec):
+    """One requirement of a LabelSelector."""
+
+    key: str = Field(min_length=1, max_length=317, description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[Annotated[str, StringConstraints(max_length=63)]] | None = Field(
+        default=None, max_length=64, description="The values for In and NotIn; empty for Exists and DoesNotExist."
+    )
+
+
+class LabelSelector(Spec):
+    """A Kubernetes LabelSelector; an empty one selects everything."""
+
+    match_labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = Field(
+        default=None, description="Labels that must all match."
+    )
+    match_expressions: list[LabelSelectorRequirement] | None = Field(
+        default=None, max_length=32, description="Requirements that must all hold."
+    )
+
+
+class NetworkPolicySpec(Spec):
+    """A NetworkPolicy for the service's pods: ingress only on the serving port, from the client namespaces and
+    the monitoring namespace; every other ingress is refused. Absent: no NetworkPolicy (the cluster's own
+    policies apply). Needs a network plugin that enforces NetworkPolicies."""
+
+    client_namespaces: LabelSelector | None = Field(
+        default=None,
+        description="Namespaces (a LabelSelector) whose pods may call the service. Default: only the service's "
+        "own namespace; {} allows every namespace.",
+    )
+    monitoring_namespace: str | None = Field(
+        default="monitoring",
+        max_length=63,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+        description="The namespace whose pods may scrape /metrics (it is served on the same port). Default "
+        "monitoring; empty: none.",
+    )
+
+
 EmbeddingSpaceLabel = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")]
 
 
@@ -204,6 +244,7 @@ class ServingSpec(Spec):
     service: ServiceSpec = Field(default_factory=ServiceSpec, description=ServiceSpec.__doc__)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
     template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+    network_policy: NetworkPolicySpec | None = Field(default=None, description=NetworkPolicySpec.__doc__)
 
 
 class PoolingServiceSpec(ServingSpec):

@@ -9,7 +9,7 @@ from typing import Any
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
 from pooling_operator.api.base import ResourcesSpec, TemplateSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.vllm.args import MODEL_MOUNT
+from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.workload import Workload
 
 MANAGED_BY = "vllm-pooling-operator"
@@ -20,7 +20,6 @@ COMPONENTS = {
     "HiddenStateJob": "hidden-state-job",
 }
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-CACHE_MOUNT = "/cache"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""PoolingService / ScoringService -> Deployment, Service, PodDisruptionBudget, monitors, KEDA ScaledObject."""
+"""PoolingService / ScoringService -> Deployment, Service, PodDisruptionBudget, monitors, KEDA ScaledObject,
+NetworkPolicy."""
 
 from __future__ import annotations
 
@@ -200,6 +201,30 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
+# The label the API server puts on every namespace: its name (Kubernetes 1.22+).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
+    """Ingress to the pods only on the serving port (which also serves /metrics), from the client namespaces
+    (default: the service's own) and from the monitoring namespace."""
+    np = resource.spec.network_policy
+    assert np is not None
+    ports = [{"protocol": "TCP", "port": resource.spec.service.port}]
+    clients: dict[str, Any] = {"podSelector": {}} if np.client_namespaces is None else {"namespaceSelector": np.client_namespaces.wire()}
+    ingress: list[dict[str, Any]] = [{"from": [clients], "ports": ports}]
+    if np.monitoring_namespace:
+        ingress.append(
+            {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}], "ports": ports}
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(w, w.name, resource.metadata.uid),
+        "spec": {"podSelector": {"matchLabels": selector_labels(w.name, w.kind)}, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
 def build_service(resource: Service, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
     """Every child of a service, each a function of the resource and its one workload view."""
     spec = resource.spec
@@ -211,4 +236,6 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext) -> list[dic
         objects.append(pod_monitor(resource, w))
     if spec.autoscaling is not None and spec.autoscaling.backend == "keda":
         objects.append(scaled_object(resource, ctx.policy, w))
+    if spec.network_policy is not None:
+        objects.append(network_policy(resource, w))
     return objects

@@ -15,6 +15,7 @@ from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
 from pooling_operator.vllm.workload import Workload, workload
 
 MODEL_MOUNT = "/models"
+CACHE_MOUNT = "/cache"  # the pod's scratch folder: HOME, the Hugging Face and vLLM caches
 DEFAULT_PORT = 8000
 
 

@@ -8,6 +8,15 @@ import difflib
 from collections.abc import Iterator
 
 from pooling_operator.api.problems import Problem
+from pooling_operator.vllm.confinement import (
+    CODE_ADVICE,
+    CODE_FLAGS,
+    REFUSED_FLAGS,
+    ROUTE_FLAGS,
+    outside,
+    paths_message,
+    roots,
+)
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import ExtraArgs, option_names
 from pooling_operator.vllm.workload import Workload
@@ -83,8 +92,8 @@ def gpu_problems(w: Workload, xa: ExtraArgs, resources: object) -> Iterator[Prob
         )
 
 
-def extra_args_problems(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool) -> Iterator[Problem]:
-    yield from _extra_args_each(w, c, xa, needs_metrics)
+def extra_args_problems(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool, allow_code: bool = False) -> Iterator[Problem]:
+    yield from _extra_args_each(w, c, xa, needs_metrics, allow_code)
     given = xa.given
     for flag, needed in REQUIRES.items():
         if flag in given and needed not in given:
@@ -113,8 +122,9 @@ def extra_args_problems(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: 
                 )
 
 
-def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool) -> Iterator[Problem]:
+def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool, allow_code: bool) -> Iterator[Problem]:
     owned = owned_flags(w)
+    allowed = roots(w)
     seen: dict[str, int] = {}
     for t in xa.tokens:
         path, name = f"spec.engine.extraArgs[{t.index}]", t.name
@@ -137,8 +147,15 @@ def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: boo
             yield Problem(path, f"secrets never go in arguments: set {SECRET_FLAGS[positive]} instead of {name}")
         elif positive in owned:
             yield Problem(path, f"{name} is set by the operator from {owned[positive]}; set that instead")
+        elif positive in REFUSED_FLAGS:
+            yield Problem(path, f"{name} {REFUSED_FLAGS[positive]}")
+        elif positive in CODE_FLAGS and not allow_code:
+            yield Problem(path, f"{name} {CODE_FLAGS[positive]}: {CODE_ADVICE}")
         elif positive == "--disable-log-stats" and needs_metrics:
             yield Problem(path, "--disable-log-stats removes every vllm:* metric, which autoscaling and monitoring read")
+        found = outside(t.value, allowed) if t.value is not None and positive not in ROUTE_FLAGS else None
+        if found is not None:
+            yield Problem(path, f"{name}: {paths_message(found, allowed)}")
         if t.missing_value:
             yield Problem(path, f"{name} takes a value: put it in the next element or write {name}=VALUE")
             continue

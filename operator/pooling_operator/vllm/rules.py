@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api import messages as M
+from pooling_operator.api.base import ModelSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
@@ -23,6 +24,7 @@ from pooling_operator.api.services import (
     SEQUENCE_POOLING,
     SEQUENCE_TASKS,
 )
+from pooling_operator.vllm.confinement import CODE_ADVICE, CODE_ENV, OWNED_ENV, outside, paths_message, roots
 from pooling_operator.vllm.contract import (
     Contract,
     contract,
@@ -45,7 +47,7 @@ class Settings:
     allow_trust_remote_code: bool = False
 
 
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # VLLM_API_KEY: refused in any form (vllm/confinement.py)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def model_and_engine(s: Subject) -> Iterable[Problem]:
 
 def extra_args(s: Subject) -> Iterable[Problem]:
     if s.c is not None and s.xa is not None:
-        yield from extra_args_problems(s.w, s.c, s.xa, _needs_metrics(s.resource))
+        yield from extra_args_problems(s.w, s.c, s.xa, _needs_metrics(s.resource), s.settings.allow_trust_remote_code)
 
 
 def gpus(s: Subject) -> Iterable[Problem]:
@@ -105,10 +107,20 @@ def autoscaling(s: Subject) -> Iterable[Problem]:
         yield from autoscaling_problems(a, s.policies, s.namespace_labels)
 
 
+def network_policy(s: Subject) -> Iterable[Problem]:
+    np = getattr(s.resource.spec, "network_policy", None)
+    selector = np.client_namespaces if np is not None else None
+    for i, req in enumerate((selector.match_expressions or []) if selector else []):
+        wants = req.operator in ("In", "NotIn")
+        if wants != bool(req.values):
+            path = f"spec.networkPolicy.clientNamespaces.matchExpressions[{i}].values"
+            yield Problem(path, f"{req.operator} needs a non-empty values list" if wants else f"{req.operator} takes no values")
+
+
 # The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
 CHAINS: dict[type, tuple[Rule, ...]] = {
-    PoolingService: (model_and_engine, extra_args, gpus, pooling_service, autoscaling),
-    ScoringService: (model_and_engine, extra_args, gpus, scoring_service, autoscaling),
+    PoolingService: (model_and_engine, extra_args, gpus, pooling_service, autoscaling, network_policy),
+    ScoringService: (model_and_engine, extra_args, gpus, scoring_service, autoscaling, network_policy),
     HiddenStateJob: (model_and_engine, extra_args, gpus, hidden_state_job),
 }
 
@@ -174,6 +186,7 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
                 f"spec.model.hfOverrides.{key}",
                 f"{key} is owned by the typed field {field}; declare the Matryoshka sizes there",
             )
+    yield from _matryoshka_bound(model)
     archs = (model.hf_overrides or {}).get("architectures")
     if archs is not None and not (isinstance(archs, list) and archs and all(isinstance(a, str) and a for a in archs)):
         yield Problem("spec.model.hfOverrides.architectures", "must be a non-empty list of architecture names")
@@ -212,6 +225,49 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
             )
         if env.value is not None and env.value_from is not None:
             yield Problem(f"spec.engine.env[{i}]", "set value or valueFrom, not both")
+        yield from _env_confinement(i, env.name, env.value, w, settings)
+
+
+def embedding_size(model: ModelSpec) -> tuple[int, str] | None:
+    """The largest output size vLLM allows and where it comes from, as vLLM reads it: hfOverrides.embedding_size,
+    else the last Dense layer's out_features (declared as hints.embeddingSize), else hiddenSize; None when
+    nothing of it is known."""
+    override = (model.hf_overrides or {}).get("embedding_size")
+    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
+        return override, "model.hfOverrides.embedding_size"
+    hints = model.hints
+    if hints and hints.embedding_size:
+        return hints.embedding_size, "model.hints.embeddingSize"
+    if hints and hints.hidden_size:
+        return hints.hidden_size, "model.hints.hiddenSize"
+    return None
+
+
+def _matryoshka_bound(model: ModelSpec) -> Iterator[Problem]:
+    bound = embedding_size(model)
+    if bound is None or not model.matryoshka_dimensions:
+        return
+    size, source = bound
+    for i, d in enumerate(model.matryoshka_dimensions):
+        if d > size:
+            hint = " (declare model.hints.embeddingSize if a projection layer outputs more)" if source.endswith("hiddenSize") else ""
+            yield Problem(
+                f"spec.model.matryoshkaDimensions[{i}]",
+                f"{d} is larger than the model's embedding size {size} ({source}): vLLM answers every request for "
+                f"it with 400 'only supports dimensions in range [1, {size}]'; use sizes of at most {size}{hint}",
+            )
+
+
+def _env_confinement(i: int, name: str, value: str | None, w: Workload, settings: Settings) -> Iterator[Problem]:
+    if name in OWNED_ENV:
+        yield Problem(f"spec.engine.env[{i}].name", f"{name} is not set through env: {OWNED_ENV[name]}")
+    elif name in CODE_ENV and not settings.allow_trust_remote_code:
+        yield Problem(f"spec.engine.env[{i}].name", f"{name} {CODE_ENV[name]}: {CODE_ADVICE}")
+    if value is not None:
+        allowed = roots(w)
+        found = outside(value, allowed)
+        if found is not None:
+            yield Problem(f"spec.engine.env[{i}].value", f"{name}: {paths_message(found, allowed)}")
 
 
 # ---- PoolingService ----------------------------------------------------------------------------------------
