@@ -123,7 +123,8 @@ def test_each_state_a_shard_reports_gives_the_failed_job_its_reason(tmp_path: Pa
     asyncio.run(write_shard(tmp_path / "out", 0, 2, 1, state, data))
     asyncio.run(write_shard(tmp_path / "out", 1, 4, 0, hs.SUCCEEDED, data))
     status = job_status(resource(), failed_job(), {"data": data})
-    expected = {hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED, hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE}
+    expected = {hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED, hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE,
+                hs.OUTPUT_FULL: C.OUTPUT_VOLUME_FULL}
     assert by_type(status)["Failed"] == ("True", expected.get(state, C.SHARD_FAILED))
     assert status["samples"] == {"done": 6, "failed": 1}
 
@@ -155,7 +156,8 @@ def test_the_job_ends_at_once_on_exactly_the_job_ending_exit_codes() -> None:
     job = next(o for o in objects if o["kind"] == "Job")
     rule = next(r for r in job["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob")
     assert rule["onExitCodes"]["values"] == list(hs.JOB_ENDING_EXIT_CODES.values())
-    codes = [hs.EXIT_OK, hs.EXIT_FAILED, hs.EXIT_USAGE, hs.EXIT_BUDGET_EXCEEDED, hs.EXIT_DATASET_UNREADABLE]
+    codes = [hs.EXIT_OK, hs.EXIT_FAILED, hs.EXIT_USAGE, hs.EXIT_BUDGET_EXCEEDED, hs.EXIT_DATASET_UNREADABLE,
+             hs.EXIT_OUTPUT_FULL]
     assert len(set(codes)) == len(codes) and hs.EXIT_OK == 0
     assert hs.EXIT_FAILED not in rule["onExitCodes"]["values"]  # a shard that failed is retried
 

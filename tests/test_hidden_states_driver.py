@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import time
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from e2e.harness.poll import wait_for
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
 from pooling_operator.api import HiddenStateJob
@@ -48,7 +46,6 @@ from tests.hidden_states_support import (
     HIDDEN,
     check_output,
     driver_argv,
-    expected_sha256,
     failed_lines,
     manifest_lines,
     run_driver,
@@ -390,30 +387,6 @@ def test_2000_samples_over_4_shards_each_exactly_once(tmp_path: Path) -> None:
         assert success["done"] == success["total"] == 500 and success["failed"] == 0
         assert success["bytes"] == sum(e["bytes"] for e in manifest_lines(output, i))
     assert len(seen) == 2000
-
-
-def test_sigkill_twice_then_resume_gives_the_same_result(tmp_path: Path) -> None:
-    dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
-    expected = write_dataset(dataset, 500)
-    args = driver_argv(dataset, output, "", 0, 1, "--concurrency", "8")
-    with standin(output / ".staging" / "shard-0", "--delay-ms", "10", "--write-delay-ms", "3") as server:
-        args[args.index("--endpoint") + 1] = server.url
-        for kill_at in (120, 300):
-            driver = start_driver(*args, log=tmp_path / "driver.log")
-            wait_for(lambda n=kill_at, d=driver: len(manifest_lines(output, 0)) >= n or d.poll() is not None,
-                     timeout=60, what=f"{kill_at} manifest lines", interval=0.01, max_interval=0.01)
-            assert driver.poll() is None, "the shard finished before it could be killed"
-            driver.send_signal(signal.SIGKILL)
-            driver.wait()
-        done_before = len(manifest_lines(output, 0))
-        assert 300 <= done_before < 500
-        final = run_driver(*args)
-    assert final.returncode == 0, final.stderr[-2000:]
-    seen = check_output(output, 1, expected)
-    for sample_id, entry in seen.items():
-        assert entry["sha256"] == expected_sha256(expected[sample_id], tmp_path), sample_id
-    success = json.loads((output / "shard-0" / "_SUCCESS").read_text())
-    assert success["done"] == 500 and success["resumed"] >= done_before - 1  # a torn last line may be redone
 
 
 def test_500s_and_truncated_files_are_retried_or_recorded_never_kept(tmp_path: Path) -> None:

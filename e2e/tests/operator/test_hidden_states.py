@@ -1,5 +1,6 @@
 """HiddenStateJob on the real control plane: the Job's shape, progress aggregated into status, Succeeded
-once kwok completes the pods, deletion that leaves the data's volume claim alone."""
+once kwok completes the pods, deletion that leaves the data's volume claim alone, and a full output volume
+(the driver's exit 5) failing the Job at once with its reason."""
 
 from __future__ import annotations
 
@@ -122,3 +123,45 @@ def test_driver_reports_progress_with_only_its_role(cluster: ControlPlane, opera
         return obj if status.get("samples") == {"done": 7, "failed": 2} and status.get("bytesWritten") == 4096 else None
 
     wait_for(aggregated, timeout=60, what="progress in status")
+
+
+def test_a_full_output_volume_fails_the_job_with_its_reason(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """A shard's driver that meets a full output volume exits 5 and reports output_full (both tested against the
+    stand-in and a real tmpfs in tests/test_hidden_states_faults.py). Here the cluster's part: the Job's
+    podFailurePolicy ends the Job on that exit code, and the operator names the reason in Failed."""
+    claims(cluster, namespace)
+    # The pods stay Pending (kwok does not run containers): the test plays the kubelet and the driver.
+    template = {"annotations": {"vllm-pooling.io/e2e-ready-after": "1h"}}
+    job_obj = hidden_states({"shards": 2, "parallelism": 2, "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}},
+                             "template": template}, name="full", namespace=namespace)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job_obj))
+    pods_path = f"/api/v1/namespaces/{namespace}/pods?labelSelector=batch.kubernetes.io/job-name%3Dfull"
+
+    def shard_1() -> dict[str, Any] | None:
+        pods = (get(cluster, pods_path) or {}).get("items") or []
+        return next((p for p in pods if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-completion-index") == "1"
+                     and p.get("spec", {}).get("nodeName")), None)
+
+    pod = wait_for(shard_1, timeout=60, what="shard 1's pod scheduled")
+    wait_for(lambda: get(cluster, f"/api/v1/namespaces/{namespace}/configmaps/full-progress"), timeout=60, what="ConfigMap")
+    report = {"shard-1": json.dumps({"state": "output_full", "done": 7, "failed": 0, "bytes": 4096, "total": 20})}
+    cluster.kubectl("patch", "configmap/full-progress", "-n", namespace, "--type=merge", "-p", json.dumps({"data": report}))
+    now = "2026-01-01T00:00:00Z"
+    driver = {"name": "driver", "ready": False, "restartCount": 0, "image": pod["spec"]["containers"][0]["image"],
+              "imageID": "", "started": False,
+              "state": {"terminated": {"exitCode": 5, "reason": "Error", "startedAt": now, "finishedAt": now}}}
+    cluster.kubectl("patch", f"pod/{pod['metadata']['name']}", "-n", namespace, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": {"phase": "Failed", "containerStatuses": [driver]}}))
+
+    def failed() -> dict[str, Any] | None:
+        obj = get(cluster, f"{API}/namespaces/{namespace}/hiddenstatejobs/full")
+        return obj if cond(obj, "Failed").get("status") == "True" else None
+
+    obj = wait_for(failed, timeout=90, what="Failed")
+    reason, message = cond(obj, "Failed")["reason"], cond(obj, "Failed")["message"]
+    assert reason == "OutputVolumeFull", message
+    assert "hidden-states" in message and "7 finished samples kept" in message
+    assert cond(obj, "Ready")["reason"] == "OutputVolumeFull" and cond(obj, "Succeeded")["status"] == "False"
+    job = get(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/full")
+    job_failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert job_failed["reason"] == "PodFailurePolicy", job_failed  # exit 5 ends the Job at once: no retry

@@ -50,8 +50,9 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"  # vLLM unavailable or an unexpected error: the Job retries the shard
 BUDGET_EXCEEDED = "budget_exceeded"  # stopped before exceeding its share of the storage budget
 DATASET_UNREADABLE = "dataset_unreadable"
-STATES = (RUNNING, SUCCEEDED, FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE)
-FAILURE_STATES = (FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE)
+OUTPUT_FULL = "output_full"  # the output volume ran out of space (ENOSPC); what was finished is kept
+STATES = (RUNNING, SUCCEEDED, FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL)
+FAILURE_STATES = (FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL)
 
 # --- The driver's exit codes --------------------------------------------------------------------------
 
@@ -60,10 +61,17 @@ EXIT_FAILED = 1  # vLLM unavailable or an unexpected error: the Job retries the 
 EXIT_USAGE = 2  # bad arguments
 EXIT_BUDGET_EXCEEDED = 3
 EXIT_DATASET_UNREADABLE = 4
+EXIT_OUTPUT_FULL = 5
 
 # The failure states that end the whole Job at once (a retry cannot help), with the exit code of each;
 # the Job's podFailurePolicy fails the Job on exactly these codes. In the order status looks for them.
-JOB_ENDING_EXIT_CODES = {BUDGET_EXCEEDED: EXIT_BUDGET_EXCEEDED, DATASET_UNREADABLE: EXIT_DATASET_UNREADABLE}
+# A full output volume ends the Job too: every shard writes to the same volume, and a retry would only fill
+# it again; once space is freed, running the job again resumes every shard from its manifest.
+JOB_ENDING_EXIT_CODES = {
+    BUDGET_EXCEEDED: EXIT_BUDGET_EXCEEDED,
+    DATASET_UNREADABLE: EXIT_DATASET_UNREADABLE,
+    OUTPUT_FULL: EXIT_OUTPUT_FULL,
+}
 
 # --- The output folder --------------------------------------------------------------------------------
 

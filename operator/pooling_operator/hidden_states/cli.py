@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
         "run",
         help="extract the hidden states of one dataset shard through the vLLM beside it",
         description="Exit codes: 0 done, 1 vLLM unavailable or an unexpected error, 2 bad arguments, "
-        "3 storage budget reached, 4 dataset unreadable.",
+        "3 storage budget reached, 4 dataset unreadable, 5 output volume full.",
     )
     r.add_argument("--shard", type=_non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
     r.add_argument("--shards", type=_positive, required=True, help="number of shards")

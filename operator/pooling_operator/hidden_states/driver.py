@@ -4,18 +4,22 @@ Every step is safe to interrupt (SIGKILL, eviction, node loss): a sample counts 
 manifest line is on disk, and the next run's resume repairs whatever a crash left half done (see
 manifest.resume). Exit codes (api/hidden_state_contract): 0 done (failed samples are listed in failed.jsonl
 and do not fail the shard), 1 vLLM unavailable or an unexpected error (the Job retries the shard), 3 the
-storage budget would be exceeded, 4 the dataset cannot be read (3 and 4 end the whole Job: a retry cannot help).
+storage budget would be exceeded, 4 the dataset cannot be read, 5 the output volume is full (3, 4 and 5 end
+the whole Job: a retry cannot help).
+
+A full volume (ENOSPC or EDQUOT from any write, or vLLM's file coming back partial while the volume has
+less room than the file needs) stops the shard as the budget does: no new sample starts, samples in
+flight finish or are dropped, a sample whose file or line could not be written is not counted and leaves
+neither (its moved file is removed at once), and the manifest keeps only whole lines. Once space is
+freed, the next run resumes from the manifest like after any stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import os
 import random
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,13 +33,25 @@ from pooling_operator.api.hidden_state_contract import (
     EXIT_DATASET_UNREADABLE,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_OUTPUT_FULL,
     FAILED,
+    OUTPUT_FULL,
     SUCCEEDED,
 )
 from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
 from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
 from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
-from pooling_operator.hidden_states.files import Expectation, FileFacts, InvalidFile, discard, inspect_file
+from pooling_operator.hidden_states.files import (
+    Expectation,
+    FileFacts,
+    InvalidFile,
+    discard,
+    free_bytes,
+    inspect_file,
+    move_into_place,
+    out_of_space,
+    remove,
+)
 from pooling_operator.hidden_states.manifest import (
     TMP_SUFFIX,
     Entry,
@@ -77,6 +93,13 @@ class ServerUnavailable(Exception):
     """vLLM stayed unhealthy past the health timeout."""
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 class Driver:
     def __init__(self, config: Config, sink: Sink | None = None) -> None:
         self.config = config
@@ -87,6 +110,7 @@ class Driver:
         self._up = asyncio.Event()
         self._lost = False
         self._health: asyncio.Task[None] | None = None
+        self.full: str | None = None  # why the output volume counts as full, once it does
 
     @property
     def name(self) -> str:
@@ -116,6 +140,14 @@ class Driver:
             state, code = await self._shard(shard)
         except* ServerUnavailable as group:
             log.error("Gave up on %s: %s", self.name, group.exceptions[0])
+        except* OSError as group:
+            # Out of space outside a sample (resuming, failed.jsonl, _SUCCESS): each of those writes is atomic
+            # or cut back, so the folder is as consistent as after a crash. Any other OSError goes on.
+            errors = _leaves(group)
+            if not all(out_of_space(e) for e in errors):
+                raise
+            self._out_of_space(f"{errors[0]}")
+            state, code = self._stop_full()
         finally:
             # Also after an unexpected error (which then propagates): the operator should see "failed" at once.
             ticker.cancel()
@@ -156,6 +188,8 @@ class Driver:
                 self._up.set()
                 await self._process(todo, client, manifest, failed, budget)
         await self._io(self._clean_staging)
+        if self.full is not None:
+            return self._stop_full()
         if budget.exhausted:
             log.error(
                 "Stopped %s before exceeding its storage budget: %s of %s used, %d of %d samples done", self.name,
@@ -181,7 +215,7 @@ class Driver:
         async def worker() -> None:
             # One shared iterator: each worker takes the next sample when it is free (bounded concurrency).
             for sample in samples:
-                if budget.exhausted:
+                if budget.exhausted or self.full is not None:
                     return
                 await self._sample(sample, client, manifest, failed, budget)
 
@@ -235,6 +269,8 @@ class Driver:
                 if attempt > 1:
                     await asyncio.sleep(self._backoff(attempt))
                 await self._gate()
+                if self.full is not None:
+                    return
                 completion: Completion | None = None
                 try:
                     if budget.limit is not None and not reserved:
@@ -262,11 +298,23 @@ class Driver:
                     if not exc.retryable:
                         self._fail(failed, sample, f"invalid file: {exc.reason}")
                         return
+                    short = await self._io(self._short_of_space, completion, sample)
+                    if short is not None:
+                        self._out_of_space(f"vLLM's file for sample {sample.id} is missing or partial ({exc.reason}) and {short}")
+                        return
                     last = f"invalid file: {exc.reason}"
                     log.warning("Attempt %d of %d at sample %s of %s gave an invalid file: %s", attempt, c.max_attempts,
                                 sample.id, self.name, exc.reason)
                     continue
-                await self._commit(sample, completion.hidden_states_path, facts, manifest)
+                except OSError as exc:
+                    # Flushing vLLM's file (inspect_file's fsync) found the volume full.
+                    if completion is None or not out_of_space(exc):
+                        raise
+                    await self._io(discard, completion.hidden_states_path)
+                    self._out_of_space(f"flushing vLLM's file for sample {sample.id}: {exc}")
+                    return
+                if not await self._commit(sample, completion.hidden_states_path, facts, manifest):
+                    return
                 if reserved and facts.bytes > reserved:
                     log.warning("Sample %s of %s took %d bytes, %d more than estimated", sample.id, self.name,
                                 facts.bytes, facts.bytes - reserved)
@@ -290,20 +338,77 @@ class Driver:
                              token_ids=sample.token_ids)
         return inspect_file(completion.hidden_states_path, expect, lock_timeout=c.lock_timeout)
 
-    async def _commit(self, sample: Sample, staged: str, facts: FileFacts, manifest: ManifestWriter) -> None:
+    async def _commit(self, sample: Sample, staged: str, facts: FileFacts, manifest: ManifestWriter) -> bool:
+        """Move the file into place, then append its line; False when the volume is full. When the line
+        cannot be written the writer has cut it back, so the moved file is an orphan: removed here at once
+        rather than by the next resume (it is this sample's alone: names are distinct and resume removed any
+        earlier file of the name). A failed move leaves no partial target (see move_into_place)."""
         name = file_name(sample.id)
-        await self._io(move_into_place, staged, self.paths.folder / name)
-        await manifest.append(Entry(sample.id, name, facts.tokens, facts.bytes, facts.sha256))
+        target = self.paths.folder / name
+        step = f"moving the file of sample {sample.id} into place"
+        try:
+            await self._io(move_into_place, staged, target, TMP_SUFFIX)
+            step = f"appending the manifest line of sample {sample.id}"
+            try:
+                await manifest.append(Entry(sample.id, name, facts.tokens, facts.bytes, facts.sha256))
+            except OSError:
+                await self._io(remove, target)
+                raise
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            await self._io(discard, staged)
+            self._out_of_space(f"{step}: {exc}")
+            return False
         await self._io(discard, staged)  # the lock file (the data file has moved)
         self.counts.done += 1
         self.counts.bytes += facts.bytes
         log.info("Wrote sample %s of %s (%d of %d, %d tokens, %s)", sample.id, self.name, self.counts.done,
                  self.counts.total, facts.tokens, human_bytes(facts.bytes))
+        return True
 
     def _fail(self, failed: FailedLog, sample: Sample, reason: str) -> None:
-        failed.add(sample.id, sample.line, reason)
-        self.counts.failed += 1
         log.warning("Failed sample %s (line %d) of %s: %s", sample.id, sample.line, self.name, reason)
+        try:
+            failed.add(sample.id, sample.line, reason)
+        except OSError as exc:
+            # Not recorded, so not counted: the next run tries the sample again, as it does every failed one.
+            if not out_of_space(exc):
+                raise
+            self._out_of_space(f"recording failed sample {sample.id}: {exc}")
+            return
+        self.counts.failed += 1
+
+    def _out_of_space(self, why: str) -> None:
+        """Stop taking samples: the output volume is full. The first reason is the one reported."""
+        if self.full is None:
+            self.full = why
+            log.error("The output volume of %s is full; stopping after the samples in flight: %s", self.name, why)
+
+    def _stop_full(self) -> tuple[str, int]:
+        log.error(
+            "Stopped %s: the output volume %s is full (%s); %d of %d samples done and kept. Free space and run the "
+            "job again: it resumes from the manifest.", self.name, self.config.output, self.full, self.counts.done,
+            self.counts.total,
+        )
+        return OUTPUT_FULL, EXIT_OUTPUT_FULL
+
+    def _short_of_space(self, completion: Completion, sample: Sample) -> str | None:
+        """After a partial file: does the output volume lack the room this sample's file needs? (vLLM writes
+        it there; a connector that hits ENOSPC leaves a partial file or none, and says nothing.) Needs the
+        hidden size to size the file; without it, only a volume with no byte left counts as full."""
+        c = self.config
+        tokens = len(sample.token_ids) if sample.token_ids is not None else completion.prompt_tokens
+        needed = 1
+        if c.hidden_size is not None and tokens:
+            needed = estimate_file_bytes(tokens, len(c.layers), c.hidden_size, c.dtype_bytes)
+        try:
+            free = free_bytes(self.paths.folder)
+        except OSError:
+            return None
+        if free >= needed:
+            return None
+        return f"the output volume has {human_bytes(free)} free, the file needs about {human_bytes(needed)}"
 
     def _write_success(self, resumed: int) -> None:
         c = self.config
@@ -321,20 +426,3 @@ class Driver:
                 with contextlib.suppress(FileNotFoundError):
                     child.unlink()
 
-
-def move_into_place(source: str, target: Path) -> None:
-    """Atomic within one filesystem (rename). Should vLLM's staging folder sit on another filesystem, copy
-    to a temporary name beside the target, flush, then rename: the target is still never partial."""
-    try:
-        os.rename(source, target)
-        return
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-    tmp = target.with_name(target.name + TMP_SUFFIX)
-    with open(source, "rb") as src, open(tmp, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.rename(tmp, target)
-    os.unlink(source)

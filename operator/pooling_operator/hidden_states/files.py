@@ -6,6 +6,10 @@ reader takes a shared flock on the same lock, as vLLM's own ``load_hidden_states
 a complete file. The file is safetensors: an 8-byte little-endian header length, a JSON header naming
 each tensor's dtype, shape and byte range, then the bytes. It must hold exactly ``hidden_states``
 ``[tokens, layers, hidden]`` in the model dtype and ``token_ids`` int64 ``[tokens]``.
+
+Every write the driver makes to the output volume goes through ``DISK`` (write, fsync, rename, replace),
+the one seam where tests make the volume fill up (ENOSPC) at an exact point; ``out_of_space`` tells such
+an error from any other.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 HIDDEN_STATES = "hidden_states"
 TOKEN_IDS = "token_ids"
@@ -32,6 +38,78 @@ DTYPE_BYTES = {
     "I64": 8, "U64": 8, "F64": 8,
 }
 FLOAT_DTYPES = ("F16", "BF16", "F32")
+
+
+# The errors of a volume with no room left: the filesystem is full, or the writer's quota is used up.
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+COPY_CHUNK = 1 << 20
+
+
+def out_of_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+class Disk:
+    """The system calls that put bytes or names on the output volume. Production uses the os functions;
+    tests replace one on the ``DISK`` instance to fail it (``monkeypatch.setattr(DISK, "rename", ...)``)."""
+
+    write = staticmethod(os.write)
+    fsync = staticmethod(os.fsync)
+    rename = staticmethod(os.rename)
+    replace = staticmethod(os.replace)
+
+
+DISK = Disk()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written: a short write is retried, so a full volume raises ENOSPC."""
+    view = memoryview(data)
+    while view:
+        n = DISK.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[n:]
+
+
+def remove(path: str | Path) -> None:
+    """Unlink ``path``; an absent one is fine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def move_into_place(source: str, target: Path, tmp_suffix: str = ".tmp") -> None:
+    """Atomic within one filesystem (rename). Should vLLM's staging folder sit on another filesystem, copy
+    to a temporary name beside the target, flush, then rename: the target is never partial. When the copy
+    fails (a full volume) the temporary file is removed at once, so the failure frees the space it took."""
+    try:
+        DISK.rename(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    tmp = target.with_name(target.name + tmp_suffix)
+    try:
+        with open(source, "rb") as src:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                while chunk := src.read(COPY_CHUNK):
+                    write_all(fd, chunk)
+                DISK.fsync(fd)
+            finally:
+                os.close(fd)
+        DISK.rename(tmp, target)
+    except BaseException:
+        remove(tmp)
+        raise
+    os.unlink(source)
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the volume holding ``path``."""
+    return shutil.disk_usage(path).free
 
 
 class InvalidFile(Exception):
@@ -210,7 +288,7 @@ def inspect_file(path: str, expect: Expectation, *, lock_timeout: float = 600.0)
                 stored = struct.unpack(f"<{tokens}q", raw) if len(raw) == ids.end - ids.begin else ()
                 if list(stored) != list(expect.token_ids):
                     raise InvalidFile(f"{TOKEN_IDS} differ from the prompt's tokens", retryable=False)
-            os.fsync(f.fileno())
+            DISK.fsync(f.fileno())
     finally:
         if lock_fd is not None:
             os.close(lock_fd)
@@ -220,7 +298,4 @@ def inspect_file(path: str, expect: Expectation, *, lock_timeout: float = 600.0)
 def discard(path: str) -> None:
     """Remove a staging file and its lock; absent ones are fine."""
     for p in (path, path + ".lock"):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+        remove(p)

@@ -13,6 +13,10 @@ Names and fields are api/hidden_state_contract's (vllm.args.storage_path builds 
 manifest line is on disk; the file is renamed into place before that line is written, so after a crash
 a file may exist without its line (an orphan, removed on resume) but a line never points at a
 missing or partial file unless the volume lost data (then the line is dropped and the sample redone).
+
+A write that fails part way (the volume is full: ENOSPC) is cut back to the last whole line before the
+error goes on, and every temporary file of a failed atomic write is removed, so a full volume leaves the
+same consistent folder a crash would, minus the debris.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pooling_operator.api.hidden_state_contract import (
     SUCCESS_MARKER,
     shard_folder,
 )
+from pooling_operator.hidden_states.files import DISK, remove, write_all
 from pooling_operator.vllm.args import storage_path
 
 log = logging.getLogger(__name__)
@@ -182,12 +187,8 @@ def resume(paths: ShardPaths) -> Resumed:
             continue
         kept[entry.id] = entry
     result = Resumed(kept, torn=bad, missing=missing)
-    duplicates = len(lines) - missing - len(kept)
-    if truncate_at is not None and not missing and not duplicates:
-        os.truncate(paths.manifest, truncate_at)
-        _fsync_path(paths.manifest)
-    elif bad or missing or duplicates:
-        _rewrite(paths.manifest, list(kept.values()))
+    # Debris first: it frees space on a volume that filled up, before the manifest may need a rewrite. Safe
+    # in this order too: a file no kept line names is not named by the old manifest's kept lines either.
     named = {e.file for e in kept.values()}
     for child in paths.folder.iterdir():
         if child.name.endswith(TMP_SUFFIX) or (child.name.endswith(SAMPLE_SUFFIX) and child.name not in named):
@@ -198,23 +199,40 @@ def resume(paths: ShardPaths) -> Resumed:
             if child.is_file():
                 child.unlink()
                 result.staged += child.name.endswith(SAMPLE_SUFFIX)
+    duplicates = len(lines) - missing - len(kept)
+    if truncate_at is not None and not missing and not duplicates:
+        os.truncate(paths.manifest, truncate_at)
+        _fsync_path(paths.manifest)
+    elif bad or missing or duplicates:
+        _rewrite(paths.manifest, list(kept.values()))
     return result
 
 
 def _rewrite(path: Path, entries: list[Entry]) -> None:
+    replace_atomically(path, b"".join(e.line() for e in entries))
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` or its old contents, never a mix; a failed write leaves no temporary file."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    with tmp.open("wb") as f:
-        f.write(b"".join(e.line() for e in entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, data)
+            DISK.fsync(fd)
+        finally:
+            os.close(fd)
+        DISK.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
     fsync_dir(path.parent)
 
 
 def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        DISK.fsync(fd)
     finally:
         os.close(fd)
 
@@ -224,25 +242,53 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(doc, f, separators=(",", ":"))
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_atomically(path, (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8"))
+
+
+class Lines:
+    """An append-only file of whole lines. A write that fails (ENOSPC part way through a line, a failed
+    fsync) is cut back to the length before it, so the file never keeps a partial line; from then on the
+    file refuses more lines with the same error, so nothing is ever appended after a lost one."""
+
+    def __init__(self, path: Path, *, truncate: bool = False) -> None:
+        self.path = path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+        self._fd = os.open(path, flags, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._error: OSError | None = None
+
+    def write(self, data: bytes, *, sync: bool) -> None:
+        if self._error is not None:
+            raise OSError(self._error.errno, f"{self._error.strerror} (an earlier write failed)", str(self.path))
+        try:
+            write_all(self._fd, data)
+            if sync:
+                DISK.fsync(self._fd)
+        except OSError as exc:
+            self._error = exc
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            raise
+        self._size += len(data)
+
+    def sync(self) -> None:
+        if self._error is None:
+            self.write(b"", sync=True)
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 class ManifestWriter:
-    """Appends manifest lines, each on disk (flush + fsync) before ``append`` returns.
+    """Appends manifest lines, each on disk (write + fsync) before ``append`` returns; a failed write
+    (ENOSPC) fails every line of its batch and leaves none of them, nor part of one, in the file.
 
     Lines that arrive while a write is under way are written together with one fsync (group commit),
     so concurrency buys throughput without weakening the guarantee.
     """
 
     def __init__(self, path: Path, executor: Executor) -> None:
-        self._file = path.open("ab")
+        self._file = Lines(path)
         self._executor = executor
         self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
         self._flushing = False
@@ -276,9 +322,7 @@ class ManifestWriter:
             self._flushing = False
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.write(data, sync=True)
 
     def close(self) -> None:
         self._file.close()
@@ -288,16 +332,16 @@ class FailedLog:
     """failed.jsonl of the current run: rewritten from scratch, since every run retries what failed before."""
 
     def __init__(self, path: Path) -> None:
-        self._file = path.open("w", encoding="utf-8")
+        self._file = Lines(path, truncate=True)
         self.count = 0
 
     def add(self, sample_id: str | None, line: int, reason: str) -> None:
         doc = dict(zip(FAILED_FIELDS, (sample_id, line, reason), strict=True))
-        self._file.write(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self._file.flush()
+        self._file.write((json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"), sync=False)
         self.count += 1
 
     def close(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self._file.sync()
+        finally:
+            self._file.close()

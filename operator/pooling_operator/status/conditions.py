@@ -74,6 +74,7 @@ ALL_SHARDS_SUCCEEDED = "AllShardsSucceeded"  # Succeeded True
 NO_FAILURE = "NoFailure"  # Failed False
 STORAGE_BUDGET_EXCEEDED = "StorageBudgetExceeded"  # Failed True
 DATASET_UNREADABLE = "DatasetUnreadable"  # Failed True
+OUTPUT_VOLUME_FULL = "OutputVolumeFull"  # Failed True
 SHARD_FAILED = "ShardFailed"  # Failed True
 
 # Conditions whose True (or False) is bad news: their flips become Warning events.

@@ -12,7 +12,11 @@ from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
 
 # The shard states that name the reason of a failed Job, in the order looked for: those that end the Job at once.
-FAILURE_REASONS = {hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED, hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE}
+FAILURE_REASONS = {
+    hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED,
+    hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE,
+    hs.OUTPUT_FULL: C.OUTPUT_VOLUME_FULL,
+}
 # The states that name no reason: running and succeeded are the Job's own conditions' business, and a shard
 # that failed is retried; once its retries run out the Job's Failed condition says so (ShardFailed).
 IGNORED_STATES = frozenset({hs.RUNNING, hs.SUCCEEDED, hs.FAILED})
@@ -73,6 +77,10 @@ def job_status(
             message = f"A shard stopped before exceeding its share of output.storageBudget; {samples['done']} finished samples kept."
         elif failure_reason == C.DATASET_UNREADABLE:
             message = "A shard could not read the dataset."
+        elif failure_reason == C.OUTPUT_VOLUME_FULL:
+            message = (f"A shard ran out of space on the output volume ({spec.output.volume.claim_name}); "
+                       f"{samples['done']} finished samples kept. Free space or grow the claim, then run the job "
+                       "again (re-create the HiddenStateJob): each shard resumes from its manifest.")
         succeeded = condition(C.SUCCEEDED, False, reason, message, generation)
         failed = condition(C.FAILED, True, reason, message, generation)
         progressing = condition(C.PROGRESSING, False, C.FINISHED, "The job finished.", generation)
