@@ -172,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--allow-trust-remote-code",
             action="store_true",
-            help="accept model.trustRemoteCode: true (the operator's setting of the same name)",
+            help="accept model.trustRemoteCode: true, and extraArgs/env that load code not part of vLLM (the operator's setting of the same name)",
         )
 
     v = sub.add_parser("validate", help="validate resources offline; one line per problem")
