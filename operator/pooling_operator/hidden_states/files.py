@@ -23,7 +23,7 @@ import os
 import shutil
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +72,17 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def write_new(path: Path, chunks: Iterable[bytes]) -> None:
+    """Create (or truncate) ``path`` with ``chunks``, fsync'd; the descriptor is always closed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for chunk in chunks:
+            write_all(fd, chunk)
+        DISK.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def remove(path: str | Path) -> None:
     """Unlink ``path``; an absent one is fine."""
     try:
@@ -93,13 +104,7 @@ def move_into_place(source: str, target: Path, tmp_suffix: str = ".tmp") -> None
     tmp = target.with_name(target.name + tmp_suffix)
     try:
         with open(source, "rb") as src:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                while chunk := src.read(COPY_CHUNK):
-                    write_all(fd, chunk)
-                DISK.fsync(fd)
-            finally:
-                os.close(fd)
+            write_new(tmp, iter(lambda: src.read(COPY_CHUNK), b""))
         DISK.rename(tmp, target)
     except BaseException:
         remove(tmp)

@@ -42,7 +42,7 @@ from pooling_operator.api.hidden_state_contract import (
     SUCCESS_MARKER,
     shard_folder,
 )
-from pooling_operator.hidden_states.files import DISK, remove, write_all
+from pooling_operator.hidden_states.files import DISK, remove, write_all, write_new
 from pooling_operator.vllm.args import storage_path
 
 log = logging.getLogger(__name__)
@@ -216,12 +216,7 @@ def replace_atomically(path: Path, data: bytes) -> None:
     """``path`` holds ``data`` or its old contents, never a mix; a failed write leaves no temporary file."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            write_all(fd, data)
-            DISK.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new(tmp, [data])
         DISK.replace(tmp, path)
     except BaseException:
         remove(tmp)
