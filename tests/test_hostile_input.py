@@ -291,3 +291,24 @@ def test_network_policy_selector_requirements_are_checked() -> None:
         "spec.networkPolicy.clientNamespaces.matchExpressions[1].values: Exists takes no values",
     ]
     assert any(e.startswith("spec.networkPolicy.monitoringNamespace") for e in _errors({"networkPolicy": {"monitoringNamespace": "Not A Name"}}))
+
+
+# ---- objects from the API server, which stores nesting up to 10,000 deep --------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(("depth", "refused"), [(90, False), (100, True), (9_000, True)])
+def test_validate_refuses_deep_nesting_before_anything_recurses_into_it(depth: int, refused: bool) -> None:
+    body = pooling()
+    body["spec"]["model"]["hfOverrides"] = {"x": _nested(depth)}  # not through the factory: it deep-copies
+    result = validate(body)
+    if refused:
+        assert [str(p) for p in result.problems] == ["spec.model.hfOverrides: nested more than 100 levels deep; flatten it"]
+    else:
+        assert result.ok, result.problems

@@ -23,6 +23,7 @@ from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
+API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -133,6 +134,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pooling_operator.reconcile import Context
     from pooling_operator.runtime import Leadership, Runtime
 
+    # The API server stores objects nested up to 10,000 levels deep; kopf reads every watched object with
+    # Python's json, which gives up at the recursion limit (1,000 by default), and a watcher that fails stops
+    # the operator: one such object in any namespace would stop it for everyone, at every restart. With the
+    # limit raised it is read, then refused by validation (MAX_NESTING) with SpecValid=False.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * API_SERVER_MAX_NESTING))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         # kopf logs every handler call at INFO ("Handler ... succeeded"): thousands of lines a minute at scale,

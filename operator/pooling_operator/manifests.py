@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from pooling_operator import MAX_NESTING
+
 
 class ManifestError(Exception):
     """A file that cannot be read or parsed, or that no API server would take."""
@@ -27,7 +29,7 @@ MAX_FILE_BYTES = 64 << 20  # one file
 MAX_DOCUMENTS = 10_000  # documents in one invocation, every file together
 MAX_DOCUMENT_BYTES = 3 << 19  # 1.5 MiB of scalars in one document, aliases expanded
 MAX_VALUES = 100_000  # scalars, lists and mappings in one document, aliases expanded
-MAX_DEPTH = 100  # lists and mappings nested in one another
+MAX_DEPTH = MAX_NESTING  # lists and mappings nested in one another
 
 # libyaml's C parser and emitter when PyYAML was built with them (its wheels are): the same documents and the
 # same bytes as the pure-Python ones, several times faster (`bench/validate`).

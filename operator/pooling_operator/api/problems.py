@@ -24,6 +24,24 @@ class Problem:
 SHOWN_CHARACTERS = 200
 
 
+def nesting_problem(obj: Any, limit: int) -> Problem | None:
+    """A Problem when lists and mappings nest more than ``limit`` deep, at the field (its first three path
+    segments) that holds the nesting; found without recursion, however deep the object."""
+    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(obj, 0, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, dict):
+            children: list[tuple[Any, Any]] = list(value.items())
+        elif isinstance(value, list):
+            children = list(enumerate(value))
+        else:
+            continue
+        if depth + 1 > limit:
+            return Problem(join_path(path[:3]) or "(document)", f"nested more than {limit} levels deep; flatten it")
+        stack.extend((child, depth + 1, (*path, key) if len(path) < 3 else path) for key, child in children)
+    return None
+
+
 def shown(text: str, limit: int = SHOWN_CHARACTERS) -> str:
     """User text as a message quotes it: whole when short, else its start and how much was left out (a name,
     key or value may be megabytes long; an answer stays one readable line)."""

@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pooling_operator import API_VERSION
+from pooling_operator import API_VERSION, MAX_NESTING
 from pooling_operator.api import KINDS, AnyResource
 from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.api.problems import Problem, from_validation_error, shown
+from pooling_operator.api.problems import Problem, from_validation_error, nesting_problem, shown
 from pooling_operator.vllm.rules import Settings, check
 
 NAME_MESSAGE = M.NAME_DNS1035
@@ -54,10 +54,13 @@ def parse(obj: Any) -> Result:
         return Result("?", "?", None, [Problem("(document)", f"expected a mapping (an object), got {type(obj).__name__}")])
     kind, name = identify(obj)
     if obj.get("apiVersion") != API_VERSION:
-        return Result(kind, name, None, [Problem("apiVersion", f"must be {API_VERSION}, got {obj.get('apiVersion')!r}")])
+        return Result(kind, name, None, [Problem("apiVersion", f"must be {API_VERSION}, got {shown(repr(obj.get('apiVersion')))}")])
     info = KINDS.get(kind)
     if info is None:
-        return Result(kind, name, None, [Problem("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")])
+        return Result(kind, name, None, [Problem("kind", f"must be one of {', '.join(KINDS)}, got {shown(repr(kind))}")])
+    deep = nesting_problem(obj, MAX_NESTING)  # before pydantic, the builders and json.dumps recurse into it
+    if deep is not None:
+        return Result(kind, name, None, [deep])
     try:
         resource = info.model.model_validate(dict(obj))
     except ValidationError as exc:
