@@ -81,7 +81,7 @@ def cel_rules() -> dict[str, list[str]]:
 
 def test_cel_rules_cover_the_cross_field_rules() -> None:
     rules = cel_rules()
-    assert any("minReplicas <= self.maxReplicas" in r for r in rules["PoolingService"])
+    assert any("self.minReplicas : 1) <= self.maxReplicas" in r for r in rules["PoolingService"])
     assert any("in self.model.matryoshkaDimensions" in r for r in rules["PoolingService"])
     assert any("oldSelf" in r and "embeddingSpace" in r for r in rules["PoolingService"])
     assert "self == oldSelf" in rules["HiddenStateJob"]

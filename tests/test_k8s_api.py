@@ -16,6 +16,13 @@ def test_one_place_decides_what_is_retried(status: int, transient: bool) -> None
     assert isinstance(err, ApiError) and isinstance(err, TransientError) is transient and err.status == status
 
 
+def test_an_apply_the_schema_cannot_type_is_a_refusal_not_a_server_fault() -> None:
+    # kube-apiserver 1.35, server-side apply of a Deployment with an unknown key under affinity
+    body = '{"kind":"Status","message":"failed to create typed patch object (/v1, Kind=Deployment): .spec.template.spec.affinity.x: field not declared in schema","code":500}'
+    err = classify(500, "InternalError", body)
+    assert not isinstance(err, TransientError) and err.status == 500
+
+
 @pytest.mark.parametrize(("method", "path", "expected"), [
     ("GET", "/api/v1/namespaces/x/pods", ("list", "pods")),
     ("GET", "/api/v1/namespaces/x", ("get", "namespaces")),

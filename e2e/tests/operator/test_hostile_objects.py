@@ -43,3 +43,17 @@ def _refused_and_nothing_stops(cluster: ControlPlane, operator: OperatorProcess,
     apply(cluster, svc(namespace, "after"))
     wait_for(lambda: get(cluster, path(namespace, "deployments", "after")), timeout=60, what="a later service's Deployment")
     assert operator.healthy()
+
+
+def test_a_child_the_schema_cannot_type_is_refused_once_not_retried_forever(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    # An unknown key in the free-form affinity: server-side apply answers 500 "failed to create typed patch
+    # object", which the operator used to retry as a server fault.
+    apply(cluster, svc(namespace, "typo", {"template": {"affinity": {"nodeAffinity": {"requiredDuringScheduling": {}}}}}))
+
+    def refused() -> dict | None:
+        obj = get(cluster, path(namespace, "poolingservices", "typo"))
+        return obj if cond(obj, "SpecValid").get("reason") == "ChildRejected" else None
+
+    obj = wait_for(refused, timeout=60, what="SpecValid=False, ChildRejected")
+    assert "field not declared in schema" in cond(obj, "SpecValid")["message"]
+    assert cond(obj, "SpecValid")["status"] == "False"

@@ -29,7 +29,7 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def duration_seconds(text: str) -> float:
     """A duration string as the API writes it (250ms, 1m30s, 2h) in seconds."""
-    if not re.match(DURATION_PATTERN, text):
+    if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(f"{text!r} is not a duration such as 250ms, 30s, 5m or 1h")
     return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
 
@@ -38,7 +38,7 @@ def duration_seconds(text: str) -> float:
 def _quantity(value: int | str) -> int | str:
     if isinstance(value, bool) or (isinstance(value, int) and value < 0):
         raise ValueError("must be a non-negative Kubernetes quantity such as 8, 500m, 64Gi or 2Ti")
-    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. 8, 500m, 64Gi or 2Ti")
     return value
 
@@ -61,6 +61,7 @@ class Spec(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         frozen=True,  # parsed specs are values: nothing changes them after validation
+        strict=True,  # JSON types as the API server checks them: "3" is not an integer, 0 is not false
     )
 
     def wire(self) -> dict[str, Any]:
@@ -370,7 +371,11 @@ class Toleration(Spec):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="The taint effect; empty: every effect."
     )
-    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is tolerated.")
+    toleration_seconds: int | None = Field(
+        # An int64 in Kubernetes; bounded by JSON's exact integers (2**53), as the schema's bounds are read as
+        # float64 (2**63 - 1 there becomes -2**63 and would refuse every value).
+        default=None, ge=-(2**53 - 1), le=2**53 - 1, description="How long a NoExecute taint is tolerated, in seconds."
+    )
 
 
 class Affinity(Spec):

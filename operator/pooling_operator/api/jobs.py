@@ -73,7 +73,7 @@ class HiddenStateJobSpec(Spec):
             "x-kubernetes-validations": [
                 {"rule": "self == oldSelf", "message": M.JOB_IMMUTABLE},
                 {
-                    "rule": "!has(self.parallelism) || self.parallelism <= self.shards",
+                    "rule": "!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)",
                     "message": M.PARALLELISM_LE_SHARDS,
                     "fieldPath": ".parallelism",
                 },

@@ -95,14 +95,37 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def from_validation_error(error: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...] = ()) -> list[Problem]:
-    """Turn pydantic's errors into Problems with wire field paths and messages that say what is accepted."""
+def _wire_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """pydantic's error location with its union-branch tags ('int', 'list[...]', ...) dropped. A part that is a
+    key or index of the input where it stands is the user's, whatever it is called (a key named 'str' too)."""
+    out: list[Any] = []
+    cursor: Any = data
+    for part in loc:
+        if isinstance(cursor, dict) and part in cursor:
+            out.append(part)
+            cursor = cursor[part]
+        elif isinstance(cursor, list) and isinstance(part, int) and 0 <= part < len(cursor):
+            out.append(part)
+            cursor = cursor[part]
+        elif isinstance(part, str) and (part in _BRANCH_NAMES or "[" in part):
+            continue  # a branch tag: the same value, tried as one member of a union
+        else:
+            out.append(part)  # a field the input lacks (missing, or past what it holds)
+            cursor = None
+    return tuple(out)
+
+
+def from_validation_error(
+    error: ValidationError, model: type[BaseModel], prefix: tuple[Any, ...] = (), data: Any = None
+) -> list[Problem]:
+    """Turn pydantic's errors into Problems with wire field paths and messages that say what is accepted.
+    ``data`` is the input that was validated: it tells the user's keys from pydantic's union-branch tags."""
     problems: list[Problem] = []
     for err in error.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p in _BRANCH_NAMES or "[" in p)))
+        loc = _wire_loc(tuple(err["loc"]), data)
         kind = err["type"]
         message = err["msg"]
-        if kind == "extra_forbidden":
+        if kind == "extra_forbidden" and loc:
             known = _fields_at(model, loc[:-1])
             guess = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
             hint = f"did you mean '{guess[0]}'? " if guess else ""
@@ -115,7 +138,7 @@ def from_validation_error(error: ValidationError, model: type[BaseModel], prefix
             message = message.removeprefix("Value error, ")
         elif kind.endswith("_type") and "input" in err:
             message = f"{message} (got {err['input']!r})"
-        problems.append(Problem(join_path(prefix + loc), message))
+        problems.append(Problem(join_path(prefix + loc) if prefix + loc else "(document)", message))
     # A value of the wrong type in an int|str union reports once per branch; keep one line per path.
     unique: dict[str, Problem] = {}
     for p in problems:

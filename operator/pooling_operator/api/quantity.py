@@ -26,7 +26,7 @@ def parse_quantity(value: int | str) -> Decimal:
     if isinstance(value, int) and not isinstance(value, bool):
         return Decimal(value)
     text = str(value)
-    if not re.match(QUANTITY_PATTERN, text):
+    if not re.fullmatch(QUANTITY_PATTERN, text):
         raise ValueError(f"{text!r} is not a Kubernetes quantity")
     number, suffix = _SPLIT.match(text).groups()  # type: ignore[union-attr]
     if suffix[:1] in ("e", "E"):

@@ -89,12 +89,12 @@ class AutoscalingSpec(Spec):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "rule": "(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas",
                     "message": M.MIN_LE_MAX_REPLICAS,
                     "fieldPath": ".minReplicas",
                 },
                 {
-                    "rule": "self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
+                    "rule": "!has(self.minReplicas) || self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
                     "message": M.MIN_REPLICAS_ZERO,
                     "fieldPath": ".minReplicas",
                 },

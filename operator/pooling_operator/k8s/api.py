@@ -56,9 +56,15 @@ class TransientError(ApiError):
     """Worth retrying: a conflict, throttling, a server error or a broken connection."""
 
 
+UNTYPEABLE_PATCH = "failed to create typed patch object"
+
+
 def classify(status: int, reason: str, body: str) -> ApiError:
-    """The one place an answer becomes an error: transient (retry) or not."""
-    cls = TransientError if status in (0, 409, 429) or status >= 500 else ApiError
+    """The one place an answer becomes an error: transient (retry) or not. A server-side apply whose object
+    does not fit the kind's schema (a key no schema declares, in a free-form field the user wrote) is answered
+    with 500 'failed to create typed patch object': a refusal of that object, not a server fault."""
+    refused = status == 500 and UNTYPEABLE_PATCH in body
+    cls = TransientError if (status in (0, 409, 429) or status >= 500) and not refused else ApiError
     return cls(status, reason, body)
 
 

@@ -33,7 +33,7 @@ async def _converge_or_refuse(
     try:
         return await _converge(ctx, body, desired, observed)
     except ApiError as exc:
-        if exc.status not in (400, 422) or isinstance(exc, TransientApiError):
+        if exc.status not in (400, 422, 500) or isinstance(exc, TransientApiError):  # a lasting 500: see k8s.api.classify
             raise
         message = _server_message(exc)
         problems = [Problem("spec", f"the API server refused a child object: {message}")]

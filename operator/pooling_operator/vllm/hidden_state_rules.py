@@ -19,6 +19,14 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
     spec = resource.spec
     hints = spec.model.hints
     layers = spec.layers
+    longest = 62 - len(str(spec.shards - 1))  # an Indexed Job's pods are <name>-<index>, a DNS label
+    if len(resource.metadata.name) > longest:
+        yield Problem(
+            "metadata.name",
+            f"{len(resource.metadata.name)} characters leave no room for the shard index: the Job's pods are named "
+            f"<name>-<index>, a DNS label of at most 63 characters, and the API server refuses the Job; with "
+            f"{spec.shards} shards use at most {longest} characters",
+        )
     if len(set(layers)) != len(layers):
         dupes = sorted({x for x in layers if layers.count(x) > 1})
         yield Problem(

@@ -64,7 +64,7 @@ def parse(obj: Any) -> Result:
     try:
         resource = info.model.model_validate(dict(obj))
     except ValidationError as exc:
-        problems = from_validation_error(exc, info.model)
+        problems = from_validation_error(exc, info.model, data=obj)
         problems = [Problem(p.path, NAME_MESSAGE, p.severity) if p.path == "metadata.name" else p for p in problems]
         return Result(kind, name, None, problems)
     return Result(kind, name, resource)  # type: ignore[arg-type]
