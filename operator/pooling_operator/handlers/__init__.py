@@ -54,7 +54,21 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     cache.policy_index = kwargs[_index_id("AutoscalingPolicy")]
     cache.children = {k.kind: kwargs[_index_id(k.kind)] for k in WATCHED if k.role in ("child", "pod")}
     cache.namespaces = kwargs[_index_id("Namespace")]
+    indexes = [kwargs[_index_id(k.kind)] for k in WATCHED if k.role != "owner"] + [cache.owners]
+    runtime.drop_indexed = lambda body: _drop_indexed(indexes, body)
     await runtime.start()
+
+
+def _drop_indexed(indexes: list[Any], body: dict[str, Any]) -> None:
+    """Drop an object kopf never reported deleted (it was deleted while a watch was away and the re-list lacks
+    it: runtime/relist.py) from every index. kopf offers no public call for this; `Index._discard` with kopf's
+    own key (namespace, name, uid) is what kopf itself does on a DELETED event."""
+    meta = body["metadata"]
+    key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    for index in indexes:
+        discard = getattr(index, "_discard", None)
+        if discard is not None:
+            discard(key)
 
 
 @kopf.on.cleanup()
@@ -90,12 +104,16 @@ async def _namespace_event(name: str, labels: kopf.Labels, memo: kopf.Memo, type
 async def _owner_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     runtime: Runtime = memo.runtime
     runtime.cache_synced()
+    if type is None:
+        runtime.on_listed(str(body.get("kind")))
     runtime.on_owner(_plain(body), type == "DELETED")
 
 
 async def _child_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     runtime: Runtime = memo.runtime
     runtime.cache_synced()
+    if type is None:
+        runtime.on_listed(str(body.get("kind")))
     runtime.on_child(_plain(body), type == "DELETED")
 
 
@@ -104,6 +122,8 @@ async def _policy_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_:
     status counts the services that follow it."""
     runtime: Runtime = memo.runtime
     runtime.cache_synced()
+    if type is None:
+        runtime.on_listed("AutoscalingPolicy")
     runtime.ctx.cache.observed(_plain(body), deleted=type == "DELETED")
     runtime.on_policy(listed=type is None)
 

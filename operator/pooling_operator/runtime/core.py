@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from pooling_operator.api.kinds import OWNER_KINDS
+from pooling_operator.api.kinds import KINDS, OWNER_KINDS
 from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
@@ -31,6 +31,7 @@ from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
+from pooling_operator.runtime.relist import Relists
 from pooling_operator.status.conditions import settled
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ class Runtime:
         self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since (the gauge counts them)
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
+        # kopf's indexes keep what a re-list no longer shows (runtime/relist.py); the kopf layer sets how to drop it
+        self.relists = Relists(ctx.kube, ctx.namespaces, self._indexed, self._vanished)
+        self.drop_indexed: Any = lambda body: None
 
     @property
     def leading(self) -> bool:
@@ -148,6 +152,32 @@ class Runtime:
                 self._settled.discard(key)
                 self._add(key)
 
+    def on_listed(self, kind: str) -> None:
+        """kopf handed over a listed object (event type None). After the first full pass that is a re-list (a
+        watch that came back 410 Gone): the kind is checked for objects deleted meanwhile (`runtime/relist.py`)."""
+        self.relists.listed(kind, self.ctx.background)
+
+    def _indexed(self, kind: str) -> list[dict[str, Any]]:
+        cache = self.ctx.cache
+        role = KINDS[kind].role
+        if role == "owner":
+            return [o for store in cache.owners.values() for o in store if o.get("kind") == kind]
+        if role == "policy":
+            return [o for store in cache.policy_index.values() for o in store]
+        return [o for store in (cache.children.get(kind) or {}).values() for o in store]
+
+    def _vanished(self, kind: str, body: dict[str, Any]) -> None:
+        """An object deleted while the watch was away: as if its DELETED event had come."""
+        self.drop_indexed(body)
+        role = KINDS[kind].role
+        if role == "owner":
+            self.on_owner(body, True)
+        elif role == "policy":
+            self.ctx.cache.observed(body, deleted=True)
+            self.on_policy()
+        else:
+            self.on_child(body, True)
+
     def _add(self, key: OwnerKey, *, first: bool = False) -> None:
         if self.synced:
             self.queue.add(key, first=first)
@@ -233,6 +263,7 @@ class Runtime:
 
     async def _first_pass(self) -> None:
         visited = await self.full_pass("start")
+        self.relists.armed = True  # listed events from now on are re-lists
         seconds = time.monotonic() - STARTED
         FIRST_PASS.set(seconds)
         log.info("First full pass done: %d resources in sync %.1fs after start", visited, seconds)
