@@ -303,6 +303,62 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # -- faults (bench/chaos, e2e/tests/operator/test_faults.py) --------------------------------
+
+    def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        """Stop one component (its process group) and wait for it to exit; SIGKILL after `timeout`."""
+        c = self.components[name]
+        if c.proc.poll() is None:
+            _kill_group(c.proc.pid, c.start_time, sig)
+            try:
+                c.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(c.proc.pid, c.start_time, signal.SIGKILL)
+                c.proc.wait(timeout=10)
+
+    def start_component(self, name: str, timeout: float = 60) -> None:
+        """Start a stopped component again with the same command line (same ports, same etcd data) and wait
+        until it answers: etcd /health, kube-apiserver /readyz."""
+        old = self.components[name]
+        if old.proc.poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        self._spawn(name, old.argv[: len(old.argv) - len(self.config.extra_args.get(name, []))])
+        if name == "etcd":
+            health = f"http://127.0.0.1:{self.ports['etcd-client']}/health"
+            wait_for(lambda: _http_json(health).get("health") == "true", timeout=timeout, what="etcd /health",
+                     alive=self.check_alive)
+        elif name == "kube-apiserver":
+            assert self.api is not None
+            api = self.api
+            wait_for(lambda: api.healthy("/readyz"), timeout=timeout, what="kube-apiserver /readyz", alive=self.check_alive)
+
+    def restart_component(self, name: str, *, down: float = 0.0, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+        """Stop a component, keep it down for `down` seconds, start it again and wait until it answers."""
+        self.stop_component(name, sig)
+        if down > 0:
+            deadline = time.monotonic() + down
+            wait_for(lambda: time.monotonic() >= deadline, timeout=down + 5, what=f"{name} down for {down}s")
+        self.start_component(name, timeout=timeout)
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (through its HTTP gateway)."""
+        return int(self._etcd_post("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"])
+
+    def compact_etcd(self, revision: int | None = None) -> int:
+        """Compact etcd up to `revision` (default: the current one), physically: every watch that resumes from
+        an older resourceVersion is answered 410 Gone. Returns the revision compacted to."""
+        rev = revision if revision is not None else self.etcd_revision()
+        self._etcd_post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
+
+    def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import urllib.request
+
+        req = urllib.request.Request(f"http://127.0.0.1:{self.ports['etcd-client']}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"{}")
+
     # -- internals -----------------------------------------------------------------------------
 
     def _register_cleanup(self) -> None:
