@@ -29,6 +29,7 @@ from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
+from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
 from pooling_operator.runtime.relist import Relists
@@ -65,6 +66,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[Any]] = []
         # kopf's indexes keep what a re-list no longer shows (runtime/relist.py); the kopf layer sets how to drop it
         self.relists = Relists(ctx.kube, ctx.namespaces, self._indexed, self._vanished)
+        self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
         self.drop_indexed: Any = lambda body: None
 
     @property
@@ -222,6 +224,10 @@ class Runtime:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         uid = body["metadata"]["uid"]
+        hold = self.breaker.wait(time.monotonic())
+        if hold:  # the API server is away: one probe at a time, not one request per resource
+            self.queue.add_after(key, hold)
+            return
         try:
             status = await reconcile_service(self.ctx, body, self.ctx.cache.policies())
         except InvalidSpec as exc:
@@ -230,6 +236,13 @@ class Runtime:
         except Gone:
             log.info("Skipped %s %s/%s: it or its namespace is being deleted", *key)
         except TransientError as exc:
+            was_open = self.breaker.open
+            self.breaker.failed(exc.status, time.monotonic())
+            if self.breaker.open:
+                if not was_open:
+                    log.warning("The API server is unreachable (%s); holding every reconcile, probing with backoff", exc)
+                self.queue.add_after(key, self.breaker.pause)
+                return
             delay = self._backoff(uid)
             log.warning("Will retry %s %s/%s in %.0fs: %s", key[0], key[1], key[2], delay, exc)
             self.queue.add_after(key, delay)
@@ -238,12 +251,18 @@ class Runtime:
             log.exception("Reconcile of %s %s/%s failed; retrying in %.0fs", key[0], key[1], key[2], delay)
             self.queue.add_after(key, delay)
         else:
+            if self.breaker.open:
+                log.info("The API server answers again; reconciles resume")
+            self.breaker.succeeded()
             self.ctx.failures.pop(uid, None)
             if settled(status):
                 self._settle(key)
             else:
                 self._settled.discard(key)
                 self.queue.add_after(key, RECHECK_SECONDS)  # conditions that turn with time alone
+        finally:
+            if self.breaker.probing:  # the probe got answers (refused, gone or a bug): the API server is there
+                self.breaker.succeeded()
 
     def _settle(self, key: OwnerKey) -> None:
         self._settled.add(key)
