@@ -43,3 +43,31 @@ def test_our_kinds_take_plural_and_scope_from_the_resource_table() -> None:
     assert set(OWNER_KINDS) == {"PoolingService", "ScoringService", "HiddenStateJob"}
     assert KINDS["Deployment"].path("ns", "d", "scale") == "/apis/apps/v1/namespaces/ns/deployments/d/scale"
     assert KINDS["Namespace"].path(None, "ns") == "/api/v1/namespaces/ns"
+
+
+def test_an_event_is_retried_when_throttled_then_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from pooling_operator.k8s import api
+
+    calls: list[str] = []
+    answers = [TransientError(429, "TooManyRequests", "throttled")] * 2 + [None]
+
+    async def request(self: api.Kube, method: str, path: str, **_: object) -> None:
+        calls.append(path)
+        answer = answers[len(calls) - 1] if len(calls) <= len(answers) else TransientError(0, "x", "down")
+        if answer is not None:
+            raise answer
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    monkeypatch.setattr(api.Kube, "request", request)
+    monkeypatch.setattr(api.asyncio, "sleep", no_sleep)
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "o", "namespace": "n", "uid": "u"}}
+    asyncio.run(api.Kube().event(owner, "Normal", "Created", "made"))
+    assert len(calls) == 3  # two 429s, then posted
+    calls.clear()
+    answers[:] = [TransientError(0, "x", "down")] * 10
+    asyncio.run(api.Kube().event(owner, "Normal", "Created", "made"))
+    assert len(calls) == len(api.EVENT_RETRY_SECONDS) + 1  # bounded: then dropped with a warning

@@ -33,7 +33,7 @@ from pooling_operator.autoscaling.scale import clear_status, write_scale, write_
 from pooling_operator.autoscaling.targets import resolve_targets
 from pooling_operator.builders.common import gpu_count
 from pooling_operator.builders.services import service_queries
-from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube
+from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.metrics import Queries
@@ -166,6 +166,8 @@ class Autoscaler:
                     await self.tick(namespace)
             except asyncio.CancelledError:
                 raise
+            except TransientError as exc:  # the API server away or busy: one line, not a traceback a period
+                log.warning("Autoscaling namespace %s: %s; retrying in %ss", namespace, exc, self.period)
             except Exception:
                 log.exception("Autoscaling namespace %s failed; retrying in %ss", namespace, self.period)
             # The period itself, not a wait for something to happen.

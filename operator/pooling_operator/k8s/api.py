@@ -57,6 +57,7 @@ class TransientError(ApiError):
 
 
 UNTYPEABLE_PATCH = "failed to create typed patch object"
+EVENT_RETRY_SECONDS = (1.0, 2.0, 4.0)  # an event is retried this often on a transient answer, then dropped
 
 
 def classify(status: int, reason: str, body: str) -> ApiError:
@@ -204,11 +205,20 @@ class Kube:
             "count": 1,
             "action": reason,
         }
-        try:
-            await self.request("POST", KINDS["Event"].path(event["metadata"]["namespace"]), body=event)
-        except ApiError as exc:
-            if exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body):
-                # The namespace is going away with everything in it: nothing to tell anyone.
-                log.debug("Dropped event %s on %s/%s: its namespace is gone or terminating", reason, owner["kind"], meta["name"])
+        for attempt, pause in enumerate((*EVENT_RETRY_SECONDS, None)):
+            try:
+                await self.request("POST", KINDS["Event"].path(event["metadata"]["namespace"]), body=event)
                 return
-            log.warning("Could not post event %s on %s/%s: %s", reason, owner["kind"], meta["name"], exc)
+            except TransientError as exc:  # throttled (429) or the API server away: a few tries, then dropped
+                if pause is not None:
+                    await asyncio.sleep(pause)
+                    continue
+                log.warning("Could not post event %s on %s/%s after %d tries: %s", reason, owner["kind"], meta["name"],
+                            attempt + 1, exc)
+            except ApiError as exc:
+                if exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body):
+                    # The namespace is going away with everything in it: nothing to tell anyone.
+                    log.debug("Dropped event %s on %s/%s: its namespace is gone or terminating", reason, owner["kind"], meta["name"])
+                    return
+                log.warning("Could not post event %s on %s/%s: %s", reason, owner["kind"], meta["name"], exc)
+            return
