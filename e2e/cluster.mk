@@ -20,13 +20,13 @@ cluster-build:
 	$(E2E_PY) e2e.build
 
 cluster-up:
-	$(E2E_PY) e2e.controlplane up --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.cluster_cli up --run-dir $(CLUSTER_DIR)
 
 cluster-down:
-	$(E2E_PY) e2e.controlplane down --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.cluster_cli down --run-dir $(CLUSTER_DIR)
 
 cluster-status:
-	$(E2E_PY) e2e.controlplane status --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.cluster_cli status --run-dir $(CLUSTER_DIR)
 
 cluster-logs:
-	$(E2E_PY) e2e.controlplane logs --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.cluster_cli logs --run-dir $(CLUSTER_DIR)

@@ -12,20 +12,13 @@ start time) and the folders to remove, so a run that was killed (SIGKILL, OOM) i
 ``start()``. On Linux the components also get PR_SET_PDEATHSIG, so they die with the process that started
 them.
 
-This module holds ``ControlPlane`` and the command line; the pieces it is built from live in ``e2e/harness/``
-(polling, PKI, processes, REST client, cluster config and nodes, component flags, state files) and are
-re-exported here under their old names.
-
-Command line (used by ``e2e/cluster.mk``):
-
-    python -m e2e.controlplane up [--run-dir .cluster]   # detached; idempotent; builds binaries if missing
-    python -m e2e.controlplane down [--run-dir .cluster]
-    python -m e2e.controlplane status|logs [--run-dir .cluster]
+This module holds ``ControlPlane``; its command line (``make cluster-up`` and friends) is
+``e2e/cluster_cli.py``, and the pieces it is built from live in ``e2e/harness/`` (polling, PKI, processes,
+REST client, cluster config and nodes, component flags, state files), re-exported here under their old names.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import json
@@ -62,7 +55,6 @@ from e2e.harness.processes import (
     ORDER,
     Component,
     ComponentDied,
-    _alive,
     _child_setup,
     _exit_on_signal,
     _free_ports,
@@ -74,14 +66,14 @@ from e2e.harness.processes import (
     write_registry,
 )
 from e2e.harness.rest import FIELD_MANAGER, Api, ApiError, _http_json, _https_ok
-from e2e.harness.state import read_state, read_supervisor, supervisor_alive, write_state, write_supervisor
+from e2e.harness.state import read_state, write_state
 
 # What this module offered before the split into e2e/harness/: callers keep importing it from here.
 __all__ = [
     "DEFAULT_RUN_DIR", "FIELD_MANAGER", "GPU_PRODUCT", "GPU_PRODUCT_LABEL", "GPU_RESOURCE", "KEPT_MARKER",
     "ORDER", "POD_CIDR", "REPO_ROOT", "SERVICE_CIDR", "Api", "ApiError", "ClusterConfig", "Component",
     "ComponentDied", "ControlPlane", "Fatal", "Timeout", "_child_setup", "_free_ports", "cpu_node_name",
-    "gpu_node_name", "kubeconfig_dict", "log_tails", "main", "node_manifests", "reap_strays", "registry_dir",
+    "gpu_node_name", "kubeconfig_dict", "log_tails", "node_manifests", "reap_strays", "registry_dir",
     "wait_for", "write_pki",
 ]  # fmt: skip
 
@@ -488,147 +480,3 @@ class ControlPlane:
             nodes_ready, timeout=deadline, what=f"{len(want)} Ready untainted nodes", alive=self.check_alive
         )
         self.timings["components+nodes"] = time.monotonic() - t
-
-
-# ------------------------------------------------------------------------------ CLI (cluster.mk)
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    run_dir: Path = args.run_dir
-    state = read_state(run_dir)
-    if state and state.get("status") == "ready" and supervisor_alive(read_supervisor(run_dir)):
-        print(f"Control plane already up: {state['server']} (KUBECONFIG={state['kubeconfig']})")
-        return 0
-    _cmd_down(args, quiet=True)
-    build.find(build=True)  # first use builds in the foreground, with progress
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "state.json").unlink(missing_ok=True)
-    sup_log = run_dir / "supervisor.log"
-    t0 = time.monotonic()
-    with open(sup_log, "ab") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "e2e.controlplane", "_serve", "--run-dir", str(run_dir)],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # detached: survives the make that started it
-        )
-    write_supervisor(run_dir, proc.pid)
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise ComponentDied(f"supervisor exited with {proc.returncode}")
-        st = read_state(run_dir)
-        return bool(st and st.get("status") == "ready")
-
-    try:
-        wait_for(
-            ready, timeout=args.timeout, what="control plane (supervisor)", alive=None, max_interval=0.25
-        )
-    except (Timeout, ComponentDied) as exc:
-        print(f"cluster-up failed: {exc}\n--- {sup_log} ---", file=sys.stderr)
-        print("\n".join(sup_log.read_text(errors="replace").splitlines()[-60:]), file=sys.stderr)
-        _cmd_down(args, quiet=True)
-        return 1
-    state = read_state(run_dir) or {}
-    print(f"Control plane up in {time.monotonic() - t0:.1f}s: {state.get('server')}")
-    print(f"export KUBECONFIG={state.get('kubeconfig')}")
-    return 0
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    """The detached supervisor: own the control plane until SIGTERM/SIGINT/SIGHUP."""
-    run_dir: Path = args.run_dir
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        print(f"Received signal {signum}; stopping", flush=True)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-    cp = ControlPlane(run_dir=run_dir, keep_run_dir=True, log=lambda m: print(m, flush=True))
-    try:
-        cp.start()
-    except BaseException as exc:
-        print(f"Start failed: {exc}", flush=True)
-        return 1
-    reported: set[str] = set()
-    try:
-        while not stop.wait(2.0):
-            for c in cp.components.values():
-                if c.proc.poll() is not None and c.name not in reported:
-                    reported.add(c.name)
-                    print(f"{c.name} exited with {c.proc.returncode}; see {c.log}", flush=True)
-                    cp._write_state("degraded")
-    finally:
-        cp.stop()
-        (run_dir / "kubeconfig").unlink(missing_ok=True)
-        print("Stopped", flush=True)
-    return 0
-
-
-def _cmd_down(args: argparse.Namespace, quiet: bool = False) -> int:
-    run_dir: Path = args.run_dir
-    sup = read_supervisor(run_dir)
-    state = read_state(run_dir)
-    if supervisor_alive(sup):
-        assert sup is not None
-        pid = sup["supervisor"]["pid"]
-        os.kill(pid, signal.SIGTERM)
-        try:
-            wait_for(
-                lambda: not _alive(pid, sup["supervisor"].get("start_time")),
-                timeout=40,
-                what="supervisor exit",
-            )
-        except Timeout:
-            _kill_group(pid, sup["supervisor"].get("start_time"), signal.SIGKILL)
-        if not quiet:
-            print("Control plane stopped")
-    elif not quiet:
-        print("Control plane not running")
-    # whatever a crashed supervisor left behind
-    reap_strays(print)
-    if state and state.get("data_dir"):
-        shutil.rmtree(state["data_dir"], ignore_errors=True)
-    for f in ("supervisor.json", "state.json", "kubeconfig"):
-        (run_dir / f).unlink(missing_ok=True)
-    for d in ("pki", "kubectl-cache"):  # logs/ and supervisor.log stay for a post-mortem
-        shutil.rmtree(run_dir / d, ignore_errors=True)
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    state = read_state(args.run_dir)
-    if not state or not supervisor_alive(read_supervisor(args.run_dir)):
-        print("Control plane not running")
-        return 1
-    print(json.dumps(state, indent=2))
-    return 0
-
-
-def _cmd_logs(args: argparse.Namespace) -> int:
-    print(log_tails(args.run_dir / "logs", args.lines))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.controlplane")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "down", "status", "logs", "_serve"):
-        p = sub.add_parser(name)
-        p.add_argument("--run-dir", type=lambda s: Path(s).resolve(), default=DEFAULT_RUN_DIR)
-        if name == "up":
-            p.add_argument("--timeout", type=float, default=180)
-        if name == "logs":
-            p.add_argument("--lines", type=int, default=40)
-    args = ap.parse_args(argv)
-    return {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "logs": _cmd_logs, "_serve": _cmd_serve}[
-        args.cmd
-    ](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
