@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from pooling_operator import MAX_NESTING
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.cli import main
-from pooling_operator.manifests import MAX_DEPTH, MAX_DOCUMENTS, ManifestError, load, measure
+from pooling_operator.manifests import MAX_DOCUMENTS, ManifestError, load, measure
 from pooling_operator.vllm.confinement import CODE_ENV, CODE_FLAGS, REFUSED_FLAGS, outside
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.rules import Settings
@@ -42,7 +43,7 @@ PATHOLOGICAL: dict[str, tuple[bytes, str]] = {
     "recursive alias": (b"a: &a [*a]\n", "an alias refers to a value that contains it"),
     "recursive alias in hfOverrides": ((HEADER + "    hfOverrides: {x: &a [*a]}\n").encode(), "contains it"),
     "flow nesting 5000 deep": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nesting depth"),
-    "flow nesting 150 deep": ((HEADER + "    hfOverrides: {x: " + "[" * 150 + "]" * 150 + "}\n").encode(), f"more than {MAX_DEPTH} levels"),
+    "flow nesting 150 deep": ((HEADER + "    hfOverrides: {x: " + "[" * 150 + "]" * 150 + "}\n").encode(), f"more than {MAX_NESTING} levels"),
     "block nesting 3000 deep": (b"a:\n  " + b"- " * 3000 + b"x\n", "nesting depth"),
     "10 MB string": ((HEADER.replace("org/model", "x" * 10_000_000)).encode(), "more than 1.5 MiB"),
     "10 MB key": ((HEADER + "    hfOverrides:\n      ? " + "k" * 10_000_000 + "\n      : 1\n").encode(), "more than 1.5 MiB"),
@@ -91,7 +92,7 @@ def test_measure_bounds_nesting_without_recursion() -> None:
     node: yaml.Node = yaml.ScalarNode("tag:yaml.org,2002:str", "x")
     for _ in range(50_000):
         node = yaml.SequenceNode("tag:yaml.org,2002:seq", [node])
-    assert measure(node) == f"nested more than {MAX_DEPTH} levels deep"
+    assert measure(node) == f"nested more than {MAX_NESTING} levels deep"
 
 
 def test_anchors_within_bounds_still_load(tmp_path: Path) -> None:

@@ -29,7 +29,6 @@ MAX_FILE_BYTES = 64 << 20  # one file
 MAX_DOCUMENTS = 10_000  # documents in one invocation, every file together
 MAX_DOCUMENT_BYTES = 3 << 19  # 1.5 MiB of scalars in one document, aliases expanded
 MAX_VALUES = 100_000  # scalars, lists and mappings in one document, aliases expanded
-MAX_DEPTH = MAX_NESTING  # lists and mappings nested in one another
 
 # libyaml's C parser and emitter when PyYAML was built with them (its wheels are): the same documents and the
 # same bytes as the pure-Python ones, several times faster (`bench/validate`).
@@ -81,8 +80,8 @@ def measure(node: yaml.Node) -> str | None:
                 v, s, d = sizes[id(child)]
                 values, size, depth = values + v, size + s, max(depth, d)
             depth += 0 if isinstance(current, yaml.ScalarNode) else 1
-            if depth > MAX_DEPTH:
-                return f"{_at(current)}nested more than {MAX_DEPTH} levels deep"
+            if depth > MAX_NESTING:
+                return f"{_at(current)}nested more than {MAX_NESTING} levels deep"
             if values > MAX_VALUES:
                 return f"{_at(current)}expands to more than {MAX_VALUES:,} values{_aliased(node)}"
             if size > MAX_DOCUMENT_BYTES:
@@ -175,7 +174,7 @@ def load(paths: list[str]) -> Iterator[Document]:
                 except yaml.YAMLError as exc:
                     raise ManifestError(f"{path}: malformed YAML: {_one_line(exc)}") from exc
                 except RecursionError as exc:  # the pure-Python composer, where libyaml is missing
-                    raise ManifestError(f"{path}: document {index + 1}: nested more than {MAX_DEPTH} levels deep") from exc
+                    raise ManifestError(f"{path}: document {index + 1}: nested more than {MAX_NESTING} levels deep") from exc
                 where = f"{path}: document {index + 1}: "
                 if node is None:
                     index += 1

@@ -65,8 +65,8 @@ class Relists:
         self.quiet = quiet
         self.clock = clock
         self.armed = False  # set once the first full pass is done: listed events before it are the initial listing
-        self._last: dict[str, float] = {}
-        self._pending: set[str] = set()
+        self._last_listed = 0.0
+        self._scheduled = False
 
     def listed(self, kind: str, spawn: Callable[[Any], None]) -> None:
         """kopf handed over a listed object: when armed, a sweep of every kind is (or stays) scheduled. Every
@@ -75,15 +75,15 @@ class Relists:
         others expire too."""
         if not self.armed or kind not in KINDS or KINDS[kind].role not in SWEPT_ROLES:
             return
-        self._last["*"] = self.clock()
-        if "*" not in self._pending:
-            self._pending.add("*")
+        self._last_listed = self.clock()
+        if not self._scheduled:
+            self._scheduled = True
             spawn(self._sweep_when_quiet())
 
     async def _sweep_when_quiet(self) -> None:
-        while (wait := self._last["*"] + self.quiet - self.clock()) > 0:
+        while (wait := self._last_listed + self.quiet - self.clock()) > 0:
             await asyncio.sleep(wait)
-        self._pending.discard("*")
+        self._scheduled = False
         for kind in [k.kind for k in KINDS.values() if k.role in SWEPT_ROLES]:
             for attempt in range(6):
                 try:

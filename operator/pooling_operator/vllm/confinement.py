@@ -89,8 +89,7 @@ def outside(value: str, allowed: tuple[str, ...]) -> str | None:
             candidate = part.split("=", 1)[1] if "=" in part and not part.startswith("/") else part
             candidate = candidate.strip()
             if candidate.startswith("file:"):
-                candidate = candidate[len("file:"):].lstrip("/")
-                candidate = "/" + candidate
+                candidate = "/" + candidate.removeprefix("file:").lstrip("/")
             if not (candidate.startswith(("/", "~")) or ".." in candidate.split("/")):
                 continue
             if candidate.startswith("~"):
