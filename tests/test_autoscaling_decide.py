@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pooling_operator.api.policy import AutoscalingPolicySpec, resolve_targets
 from pooling_operator.api.services import AutoscalingSpec
 from pooling_operator.autoscaling.decide import (
+    Budget,
     Observed,
     Signals,
     State,
@@ -36,7 +37,7 @@ def sig(rps: float = 100.0, waiting: float = 0.0, reporting: int = 1, mean_laten
 
 
 def run(signals: list[Signals], targets: Targets = T, replicas: int = 1, period: float = 15, state: State | None = None,
-        budget: int | None = None) -> tuple[list[int], State, list]:
+        budget: Budget | None = None) -> tuple[list[int], State, list]:
     """Feed reads one period apart; the Deployment follows every decision (all replicas report)."""
     state = state or State()
     out, decisions = [], []
@@ -189,8 +190,10 @@ def test_bounds_set_scaling_limited_with_their_name(bounds: dict, want: int, rea
 
 
 def test_namespace_gpu_budget_caps_growth() -> None:
-    d = decide(0, sig(waiting=10 * 16, reporting=2), Observed(replicas=2, ready=2), replace(T, up_max_step=100), State(), budget_replicas=3)
+    budget = Budget(limit=3, held=2, per_replica=1)  # this service's 2 replicas are all the namespace holds
+    d = decide(0, sig(waiting=10 * 16, reporting=2), Observed(replicas=2, ready=2), replace(T, up_max_step=100), State(), budget=budget)
     assert (d.desired, d.limited_reason) == (3, C.LIMIT_BUDGET) and "GPU budget" in d.limited_message
+    assert "hold 2 of the 3 GPUs" in d.limited_message
 
 
 def test_unplaceable_pods_stop_growth_and_name_the_scheduler() -> None:
@@ -237,7 +240,8 @@ def test_never_leaves_bounds_nor_exceeds_a_cap(reads, lo, span, extra_cap, budge
     state, replicas = State(), start
     for i, (rps, waiting, p99, reporting) in enumerate(reads):
         s = Signals(waiting=waiting, reporting=reporting or None, completions=rps, in_system=rps * 0.1, tokens=rps * 16, p99=p99)
-        d = decide(i * 15.0, s, Observed(replicas=replicas, ready=min(replicas, reporting)), targets, state, budget)
+        gpus = None if budget is None else Budget(limit=budget, held=replicas, per_replica=1)  # alone in its namespace
+        d = decide(i * 15.0, s, Observed(replicas=replicas, ready=min(replicas, reporting)), targets, state, gpus)
         assert d.desired <= targets.effective_max
         if budget is not None and d.desired > replicas:
             assert d.desired <= budget

@@ -13,6 +13,10 @@ from typing import Any
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+# Every GPU node also advertises MIG slices as the NVIDIA device plugin's mixed strategy names them (one node
+# may hold whole GPUs and sliced ones), so services requesting a slice are placed for real.
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
+MIG_SLICES_PER_NODE = 7
 
 
 @dataclass
@@ -89,6 +93,7 @@ def node_manifests(cfg: ClusterConfig) -> list[dict[str, Any]]:
                     "ephemeral-storage": "2Ti",
                     "pods": "110",
                     GPU_RESOURCE: str(cfg.gpus_per_node),
+                    MIG_RESOURCE: str(MIG_SLICES_PER_NODE),
                 },
             )
         )

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import ControlPlane, wait_for
+from e2e.harness.config import MIG_RESOURCE
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
@@ -212,6 +213,34 @@ def test_namespace_gpu_budget_holds_while_two_services_race(
     finally:
         for f in fleets:
             f.close()
+
+
+def test_the_gpu_budget_counts_autoscaled_services_only_and_mig_slices(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A fixed 2-GPU service beside an autoscaled one on MIG slices, with maxGPUsPerNamespace 3: the fixed one is
+    not the autoscaler's to count, the slices are. Before, the cache's projection of managedFields made every
+    Deployment look autoscaled (the fixed service ate 2 of the 3: stuck at 1 replica) and limits whose name does
+    not end in "gpu" were not counted (the slices never filled the budget: up to maxReplicas)."""
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=2000)
+    budget = policy(limits={"maxGPUsPerNamespace": 3})
+    fixed = svc(namespace, name="fixed", spec={"replicas": 1, "resources": {"gpu": {"count": 2}, "cpu": "1", "memory": "1Gi"}})
+    apply(cluster, fixed)
+    grow = autoscaled(namespace, "grow", budget)
+    grow["spec"]["resources"] = {"gpu": {"count": 1, "resourceName": MIG_RESOURCE}, "cpu": "1", "memory": "1Gi"}
+    apply(cluster, grow)
+    with fleet(cluster, prometheus, namespace, "grow", load):
+        obj = wait_for(lambda: limited(cluster, namespace, "grow", "NamespaceGPUBudget"), timeout=90,
+                       what="ScalingLimited NamespaceGPUBudget")
+        assert replicas(cluster, namespace, "grow") == 3 and replicas(cluster, namespace, "fixed") == 1
+        message = cond(obj, "ScalingLimited")["message"]
+        assert "hold 3 of the 3 GPUs" in message and "of 1 GPU each" in message, message
+        # Held there: several decision periods pass without growth.
+        deadline = time.monotonic() + 3 * AUTOSCALE_SECONDS
+        while time.monotonic() < deadline:
+            assert replicas(cluster, namespace, "grow") == 3
+            time.sleep(0.2)  # sampling the replica count over a window, not waiting for an event
 
 
 def test_changing_the_p99_target_leaves_the_pods_alone(

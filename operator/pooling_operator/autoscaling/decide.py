@@ -102,6 +102,34 @@ class Observed:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The namespace's GPU budget as it stands when this service's growth is decided.
+
+    `limit` is the policy's `limits.maxGPUsPerNamespace`; `held` is what the namespace's autoscaled services hold
+    then — this service's current replicas, the scale-downs decided this period and the growth granted before it
+    included; `per_replica` is what one replica of this service holds (`builders.common.gpus_per_pod`: a whole
+    count today, a share once GPU sharing lands). Fixed-replica services are not in `held`: the budget bounds
+    what autoscaling may add."""
+
+    limit: float
+    held: float
+    per_replica: float
+
+    def replicas(self, current: int) -> int:
+        """The most replicas this service may have: its current ones plus what the room left holds."""
+        room = max(0.0, self.limit - self.held)
+        return current + math.floor(room / self.per_replica + 1e-9)
+
+    def message(self, current: int, wanted: int) -> str:
+        more = (wanted - current) * self.per_replica
+        return (
+            f"the namespace's GPU budget is used up: its autoscaled services hold {self.held:g} of the {self.limit:g} "
+            f"GPUs the policy's limits.maxGPUsPerNamespace allows, and this service asked for {wanted} replicas of "
+            f"{self.per_replica:g} GPU each ({more:g} more than its {current})"
+        )
+
+
+@dataclass(frozen=True)
 class State:
     """Carried from one decision to the next (the loop keeps it per service)."""
 
@@ -196,11 +224,12 @@ def limit_step(events: Iterable[tuple[float, int]], now: float, current: int, wa
     return current
 
 
-def _bounds(targets: Targets, budget_replicas: int | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
+def _bounds(targets: Targets, budget: Budget | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
     """(bounded count, reason, message); reason WITHIN_BOUNDS when nothing bit. One order of precedence for
     every path: the configured range [minReplicas, min(maxReplicas, policy cap)] first; then growth — never
     shrinking — stops at the namespace's GPU budget and while pods cannot be placed, even below minReplicas.
-    Messages name the bound, never a figure that changes every period (those are in status.autoscaling)."""
+    Messages name the bound and its own figures (the budget's GPUs), never a signal that moves every period
+    (those are in status.autoscaling)."""
     t = targets
     ceiling, reason, message = t.max_replicas, LIMIT_MAX, f"maxReplicas is {t.max_replicas}"
     if t.policy_max_replicas is not None and t.policy_max_replicas < ceiling:
@@ -214,11 +243,8 @@ def _bounds(targets: Targets, budget_replicas: int | None, observed: Observed, w
         desired, reason, message = wanted, WITHIN_BOUNDS, f"within [{floor}, {ceiling}]"
     if desired > observed.replicas and observed.unschedulable:
         desired, reason, message = observed.replicas, LIMIT_UNSCHEDULABLE, f"pods cannot be placed: {observed.unschedulable}"
-    elif desired > observed.replicas and budget_replicas is not None and desired > max(budget_replicas, observed.replicas):
-        desired, reason, message = (
-            max(budget_replicas, observed.replicas), LIMIT_BUDGET,
-            "the namespace's GPU budget (the policy's limits.maxGPUsPerNamespace) is used up",
-        )
+    elif desired > observed.replicas and budget is not None and desired > max(budget.replicas(observed.replicas), observed.replicas):
+        desired, reason, message = max(budget.replicas(observed.replicas), observed.replicas), LIMIT_BUDGET, budget.message(observed.replicas, desired)
     return desired, reason, message
 
 
@@ -228,14 +254,14 @@ def decide(
     observed: Observed,
     targets: Targets,
     state: State,
-    budget_replicas: int | None = None,
+    budget: Budget | None = None,
 ) -> Decision:
     """The replica count for one service now, and why."""
     current = observed.replicas
     # ---- 1. no data: hold -----------------------------------------------------------------------------
     missing = signals.missing() if signals.unreachable is None else None
     if signals.unreachable is not None or missing is not None:
-        held, _, _ = _bounds(targets, budget_replicas, observed, current)
+        held, _, _ = _bounds(targets, budget, observed, current)
         if signals.unreachable is not None:
             why, message = PROMETHEUS_UNREACHABLE, f"Prometheus did not answer: {signals.unreachable}"
         else:
@@ -311,7 +337,7 @@ def decide(
     if stable < current:
         stable = min(current, stabilize(history_down, now, current, targets.up_window_seconds, targets.down_window_seconds))
     stepped = limit_step(state.scale_events, now, current, stable, targets.up_max_step, targets.down_max_step)
-    desired, limit_reason, limit_message = _bounds(targets, budget_replicas, observed, stepped)
+    desired, limit_reason, limit_message = _bounds(targets, budget, observed, stepped)
     limited = limit_reason != WITHIN_BOUNDS and desired != stepped
 
     events = tuple((t, d) for t, d in state.scale_events if t > now - STEP_PERIOD_SECONDS)

@@ -3,8 +3,8 @@
 The reconcile tells the autoscaler which services autoscale (`track`) and which stopped or went away
 (`untrack`). Each namespace with tracked services gets one task; every `period` seconds it reads every
 service's signals and Deployment, decides, and then hands out the namespace's GPU budget
-(`limits.maxGPUsPerNamespace`: replicas × GPUs per pod, summed over the namespace's autoscaled services) in one
-pass, so two services growing at once can never overshoot it. Scale-downs are counted first, growth is
+(`limits.maxGPUsPerNamespace`: replicas × GPUs per pod of the owner's spec, summed over the namespace's
+autoscaled services; fixed-replica services are not counted) in one pass, so two services growing at once can never overshoot it. Scale-downs are counted first, growth is
 granted in name order. A task stops when its namespace has no tracked service left.
 """
 
@@ -14,27 +14,35 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.base import duration_seconds
+from pooling_operator.api.base import ResourcesSpec, duration_seconds
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
     AutoscalingPolicySpec,
     AutoscalingTargets,
     PrometheusSpec,
 )
-from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Decision, Observed, Signals, State, decide
+from pooling_operator.autoscaling.decide import (
+    PERIOD_SECONDS,
+    Budget,
+    Decision,
+    Observed,
+    Signals,
+    State,
+    decide,
+)
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.builders.common import gpu_count
+from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.builders.services import service_queries
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
-from pooling_operator.k8s.cache import Cache
+from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.metrics import Queries
 
@@ -45,23 +53,30 @@ def _replicas(deployment: dict[str, Any]) -> int:
     return int(deployment["spec"].get("replicas", 1))
 
 
-def _gpus(deployment: dict[str, Any]) -> int:
-    """GPUs one pod of the Deployment asks for (every extended resource whose name ends in "gpu")."""
-    total = 0
-    for c in deployment["spec"]["template"]["spec"].get("containers") or []:
-        for name, value in ((c.get("resources") or {}).get("limits") or {}).items():
-            if name.endswith("gpu"):
-                total += int(value)
-    return total
-
-
-def _autoscaled(deployment: dict[str, Any]) -> bool:
+def autoscaled(deployment: dict[str, Any]) -> bool:
     """Its replicas are not set by the operator's apply (which leaves them out exactly when the service
-    autoscales): they belong to an autoscaler, ours or KEDA's HPA, or still hold the API server's default."""
-    for entry in deployment["metadata"].get("managedFields") or []:
-        if entry.get("manager") == FIELD_MANAGER and "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
-            return False
-    return True
+    autoscales): they belong to an autoscaler, ours or KEDA's HPA, or still hold the API server's default.
+    Read through `replica_managers`, the one reader of who set spec.replicas, so a Deployment as the cache
+    holds it (managedFields projected away) reads the same as one fresh from the API server."""
+    return FIELD_MANAGER not in replica_managers(deployment)
+
+
+def owner_gpus(owner: dict[str, Any] | None) -> float:
+    """GPUs one pod holds, from its owner's spec.resources (`gpus_per_pod`, the one function); the default when
+    the owner is gone (its children are being collected) or its resources no longer parse."""
+    raw = ((owner or {}).get("spec") or {}).get("resources")
+    try:
+        return gpus_per_pod(ResourcesSpec.model_validate(raw) if raw is not None else None)
+    except ValueError:
+        name = (owner or {}).get("metadata", {}).get("name")
+        log.warning("Counting %s's pods at the default GPUs per pod: its spec.resources does not parse", name)
+        return gpus_per_pod(None)
+
+
+def held_by_autoscaled(deployments: Iterable[dict[str, Any]], owner: Callable[[dict[str, Any]], dict[str, Any] | None]) -> float:
+    """GPUs the namespace's autoscaled Deployments hold now: replicas × GPUs per pod of their owner's spec,
+    summed; fixed-replica services are left out (the budget bounds what autoscaling adds)."""
+    return sum(_replicas(d) * owner_gpus(owner(d)) for d in deployments if autoscaled(d))
 
 
 @dataclass
@@ -72,7 +87,7 @@ class Tracked:
     kind: str
     namespace: str
     name: str
-    gpus: int  # per replica
+    gpus: float  # per replica (gpus_per_pod)
     targets: AutoscalingTargets
     queries: Queries
     decides: bool  # backend operator; keda services only count towards the GPU budget
@@ -123,7 +138,7 @@ class Autoscaler:
         namespace = resource.metadata.namespace or "default"
         settings = {
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
-            "gpus": gpu_count(resource.spec.resources), "targets": targets,
+            "gpus": gpus_per_pod(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource, targets.window), "decides": a.backend == "operator",
         }
         before = self.services.get(resource.metadata.uid)
@@ -183,7 +198,7 @@ class Autoscaler:
         decided: list[tuple[Read, Decision]] = []
         # What the namespace's autoscaled Deployments hold now, as watched (not from the services tracked: after
         # a restart, or for a service whose spec just turned invalid, the Deployments still hold their GPUs).
-        used = sum(_replicas(d) * _gpus(d) for d in deployments.values() if _autoscaled(d))
+        used = held_by_autoscaled(deployments.values(), self._owner)
         growing: list[Read] = []
         for r in reads:
             if not r.service.decides or r.signals is None:
@@ -195,21 +210,23 @@ class Autoscaler:
                 used += (d.desired - r.current) * r.service.gpus
                 decided.append((r, d))
         for r in growing:
-            budget = r.service.targets.max_gpus_per_namespace
-            room = None
-            if budget is not None and r.service.gpus:
-                room = r.current + max(0, budget - used) // r.service.gpus
-            d = self._decide(r, now, room)
+            limit = r.service.targets.max_gpus_per_namespace
+            budget = Budget(limit, used, r.service.gpus) if limit is not None and r.service.gpus > 0 else None
+            d = self._decide(r, now, budget)
             used += (d.desired - r.current) * r.service.gpus
             decided.append((r, d))
         for r, d in decided:
             await self._act(r, d)
         return [(r.service, d) for r, d in decided]
 
-    def _decide(self, r: Read, now: float, room: int | None) -> Decision:
+    def _decide(self, r: Read, now: float, budget: Budget | None) -> Decision:
         assert r.signals is not None
         return decide(now, r.signals, Observed(replicas=r.current, ready=r.ready, unschedulable=r.unschedulable),
-                      r.service.targets, r.service.state, budget_replicas=room)
+                      r.service.targets, r.service.state, budget=budget)
+
+    def _owner(self, deployment: dict[str, Any]) -> dict[str, Any] | None:
+        key = owning_key(deployment)
+        return self.cache.owner(key) if key is not None else None
 
     async def _read_safely(self, s: Tracked, deployments: dict[str, dict[str, Any]]) -> Read | None:
         """One service's read; a failure holds that service alone (its Deployment still counts for the budget)."""

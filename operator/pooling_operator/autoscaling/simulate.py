@@ -36,12 +36,12 @@ from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
 from pooling_operator.autoscaling.baselines import Oracle, hpa_queue, keda
-from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Observed, State, decide, signals_from
+from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Budget, Observed, State, decide, signals_from
 from pooling_operator.autoscaling.promql import Prometheus
 from pooling_operator.autoscaling.servicemodel import Completion, Replica, ServiceParams
 from pooling_operator.autoscaling.targets import resolve_targets
 from pooling_operator.autoscaling.trace import InputError, Trace, arrivals
-from pooling_operator.builders.common import gpu_count
+from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.builders.services import scaled_object, service_queries
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries
 
@@ -69,7 +69,7 @@ class Setup:
     params: ServiceParams
     targets: AutoscalingTargets
     queries: Queries
-    gpus_per_replica: int = 1
+    gpus_per_replica: float = 1.0  # builders.common.gpus_per_pod
     scrape_interval: float = DEFAULT_SCRAPE_SECONDS
     seed: int = 0
     initial_replicas: int | None = None  # ready at t = 0; `run` defaults to minReplicas (at least 1)
@@ -82,8 +82,16 @@ class Setup:
     @property
     def budget_replicas(self) -> int | None:
         """The replicas the namespace's GPU budget allows this service (alone in its namespace)."""
-        budget = self.targets.max_gpus_per_namespace
-        return None if budget is None or self.gpus_per_replica <= 0 else budget // self.gpus_per_replica
+        budget = self.budget(0)
+        return None if budget is None else budget.replicas(0)
+
+    def budget(self, current: int) -> Budget | None:
+        """The namespace's GPU budget with this service's `current` replicas its only holder, as the operator's loop
+        builds it for a service alone in its namespace."""
+        limit = self.targets.max_gpus_per_namespace
+        if limit is None or self.gpus_per_replica <= 0:
+            return None
+        return Budget(limit, current * self.gpus_per_replica, self.gpus_per_replica)
 
     @property
     def max_replicas(self) -> int:
@@ -107,12 +115,8 @@ class Operator:
 
     def replicas(self, now: float, current: int, ready: int, values: Mapping[str, float | None]) -> int:
         s = self.setup
-        budget = s.targets.max_gpus_per_namespace
-        room = None
-        if budget is not None and s.gpus_per_replica > 0:  # as the operator's loop computes it, for one service
-            room = current + max(0, budget - current * s.gpus_per_replica) // s.gpus_per_replica
         d = decide(now, signals_from(dict(values), self.named), Observed(replicas=current, ready=ready), s.targets,  # type: ignore[arg-type]
-                   self.state, budget_replicas=room)
+                   self.state, budget=s.budget(current))
         self.state = d.state
         return d.desired
 
@@ -329,7 +333,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     targets = resolve_targets(resource, policy)
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
-    return Setup(params, targets, service_queries(resource, targets.window), gpu_count(resource.spec.resources),
+    return Setup(params, targets, service_queries(resource, targets.window), gpus_per_pod(resource.spec.resources),
                  scrape_interval, seed, initial_replicas)
 
 

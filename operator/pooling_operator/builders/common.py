@@ -122,8 +122,12 @@ def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
     return out
 
 
-def gpu_count(resources: ResourcesSpec | None) -> int:
-    return resources.gpu.count if resources and resources.gpu else 1
+def gpus_per_pod(resources: ResourcesSpec | None) -> float:
+    """The GPUs one pod of a workload holds, from its owner's `spec.resources`: the one function the namespace
+    GPU budget, `status.autoscaling` and `simulate` count with. Today the whole count of `resources.gpu`, under
+    whatever resource it names (`nvidia.com/gpu`, a MIG slice such as `nvidia.com/mig-1g.10gb`, `amd.com/gpu`):
+    one unit of the named resource is one GPU to the budget. Default: 1."""
+    return float(resources.gpu.count) if resources and resources.gpu else 1.0
 
 
 def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) -> dict[str, Any]:
@@ -136,7 +140,7 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
     if selector:
         spec["nodeSelector"] = dict(sorted(selector.items()))
     tolerations = [t.wire() for t in template.tolerations or []] if template else []
-    if gpu_count(resources):
+    if gpus_per_pod(resources):
         resource_name = gpu.resource_name if gpu else "nvidia.com/gpu"
         taint = {"key": resource_name, "operator": "Exists", "effect": "NoSchedule"}
         if taint not in tolerations:
