@@ -69,6 +69,10 @@ crds-check: venv ## Fail when crds/ differs from what the models generate
 	  if diff -ru crds $$tmp >/dev/null; then rm -rf $$tmp; echo "crds/ is up to date"; \
 	  else diff -ru crds $$tmp | head -40; rm -rf $$tmp; echo "crds/ is stale: run 'make crds'"; exit 1; fi
 
+.PHONY: argocd
+argocd: ## Regenerate argocd/ (every kind's health.lua and argocd-cm.yaml) from argocd/generate.py
+	$(PY) argocd/generate.py
+
 .PHONY: deploy
 deploy: venv ## Re-render deploy/rbac.yaml from the Helm chart (the one source of the operator's RBAC)
 	UPDATE_DEPLOY=1 $(PY) -m pytest -q e2e/tests/test_chart.py -k deploy_rbac

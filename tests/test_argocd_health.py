@@ -8,6 +8,8 @@ The Lua runtime is Lua 5.1 (PyPI ``lupa.lua51``; Argo CD embeds gopher-lua, also
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +59,22 @@ def test_health_test_yaml(kind: str, case: dict[str, Any], sandboxed: bool) -> N
     assert health(kind, obj, sandboxed=sandboxed) == case["healthStatus"]
 
 
-def test_every_kind_with_a_status_has_a_check_and_the_services_share_one() -> None:
-    assert KINDS == ["HiddenStateJob", "PoolingService", "ScoringService"]
+def test_every_kind_with_conditions_has_a_check_and_the_services_share_one() -> None:
+    from pooling_operator.api.resources import KINDS as API_KINDS
+
+    assert KINDS == sorted(API_KINDS)
     assert (ROOT / "PoolingService" / "health.lua").read_bytes() == (ROOT / "ScoringService" / "health.lua").read_bytes()
+
+
+def test_the_scripts_and_the_snippet_are_what_generate_py_writes() -> None:
+    """One source (argocd/generate.py's table) for every kind's script: `make argocd` after changing it."""
+    spec = importlib.util.spec_from_file_location("argocd_generate", ROOT.parents[1] / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = generate  # dataclasses look their module up while the module runs
+    spec.loader.exec_module(generate)
+    for path, text in generate.files().items():
+        assert path.read_text() == text, f"{path} is stale: run 'make argocd'"
 
 
 def test_testdata_uses_only_the_operators_condition_types_and_reasons() -> None:

@@ -139,3 +139,19 @@ def test_chart_registers_every_path_the_operator_serves(helm: Path) -> None:
             where = hook["clientConfig"][key]
             got[rule["resources"][0]] = where["path"] if key == "service" else where.removeprefix("https://127.0.0.1:9443")
         assert got == WEBHOOK_PATHS
+
+
+def test_the_image_tag_default_is_the_one_render_uses_and_the_docs_say_so(helm: Path) -> None:
+    """values.yaml once said the tag defaults to the appVersion (0.1.0) while the chart rendered v0.1.0: the
+    rendered image, `render`'s default and both docs name the same tag."""
+    from pooling_operator import OPERATOR_IMAGE
+
+    [dep] = [d for d in template(helm) if d["kind"] == "Deployment"]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == OPERATOR_IMAGE
+    tag = OPERATOR_IMAGE.rsplit(":", 1)[1]
+    assert f"({tag})" in (CHART / "values.yaml").read_text()
+    assert f"`{tag}`" in (CHART / "README.md").read_text()
+    url = [d for d in template(helm, "webhook.url=https://hooks.example:9443/") if d["kind"] == "ValidatingWebhookConfiguration"]
+    paths = {h["clientConfig"]["url"] for h in url[0]["webhooks"]}
+    assert "https://hooks.example:9443/validate-poolingservices" in paths  # the base URL, each kind's path appended
+    assert "/validate-<plural>" in (CHART / "values.yaml").read_text() and "/validate-<plural>" in (CHART / "README.md").read_text()

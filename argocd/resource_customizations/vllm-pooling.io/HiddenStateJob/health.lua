@@ -22,20 +22,19 @@ local function says(c, fallback)
   end
   return fallback
 end
-local valid, failed, succeeded = conditions["SpecValid"], conditions["Failed"], conditions["Succeeded"]
-if valid ~= nil and valid.status == "False" then
+if conditions["SpecValid"] ~= nil and conditions["SpecValid"].status == "False" then
   hs.status = "Degraded"
-  hs.message = says(valid, "The spec breaks a vLLM rule")
+  hs.message = says(conditions["SpecValid"], "The spec breaks a vLLM rule")
   return hs
 end
-if failed ~= nil and failed.status == "True" then
+if conditions["Failed"] ~= nil and conditions["Failed"].status == "True" then
   hs.status = "Degraded"
-  hs.message = says(failed, "Failed")
+  hs.message = says(conditions["Failed"], "Failed")
   return hs
 end
-if succeeded ~= nil and succeeded.status == "True" then
+if conditions["Succeeded"] ~= nil and conditions["Succeeded"].status == "True" then
   hs.status = "Healthy"
-  hs.message = says(succeeded, "Succeeded")
+  hs.message = says(conditions["Succeeded"], "Succeeded")
   return hs
 end
 hs.status = "Progressing"

@@ -29,27 +29,26 @@ local function says(c, fallback)
   end
   return fallback
 end
-local valid, degraded, ready = conditions["SpecValid"], conditions["Degraded"], conditions["Ready"]
-if valid ~= nil and valid.status == "False" then
+if conditions["SpecValid"] ~= nil and conditions["SpecValid"].status == "False" then
   hs.status = "Degraded"
-  hs.message = says(valid, "The spec breaks a vLLM rule")
+  hs.message = says(conditions["SpecValid"], "The spec breaks a vLLM rule")
   return hs
 end
-if degraded ~= nil and degraded.status == "True" then
+if conditions["Degraded"] ~= nil and conditions["Degraded"].status == "True" then
   hs.status = "Degraded"
-  hs.message = says(degraded, "Degraded")
+  hs.message = says(conditions["Degraded"], "Degraded")
   return hs
 end
-if ready ~= nil and ready.status == "True" then
+if conditions["Ready"] ~= nil and conditions["Ready"].status == "True" then
   hs.status = "Healthy"
-  hs.message = says(ready, "Ready")
+  hs.message = says(conditions["Ready"], "Ready")
   return hs
 end
-if ready ~= nil and ready.reason == "ScaledToZero" then
+if conditions["Ready"] ~= nil and conditions["Ready"].reason == "ScaledToZero" then
   hs.status = "Healthy"
-  hs.message = says(ready, "Scaled to zero")
+  hs.message = says(conditions["Ready"], "Scaled to zero")
   return hs
 end
 hs.status = "Progressing"
-hs.message = says(ready, "Waiting for the replicas to become Ready")
+hs.message = says(conditions["Ready"], "Waiting for the replicas to become Ready")
 return hs
