@@ -55,7 +55,7 @@ unit: venv ## Unit tests only (no cluster, no processes, seconds); make test run
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract
-	$(VENV)/bin/ruff check operator tests e2e bench conftest.py
+	$(VENV)/bin/ruff check operator tests e2e bench argocd conftest.py
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds

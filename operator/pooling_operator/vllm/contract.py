@@ -137,17 +137,34 @@ def resolve_version(explicit: str | None, image: str) -> tuple[str | None, str |
         if explicit in SUPPORTED_VERSIONS:
             return explicit, None
         return None, f"no rules for vLLM {explicit}; supported versions: {supported}"
-    tag = image_tag(image)
-    match = _VERSION_TAG.match(tag or "")
-    if not match:
+    version = tag_version(image)
+    if version is None:
         return None, (
             f"cannot read a vLLM version from the tag of image {image!r}; set spec.engine.version to one of "
             f"{supported}"
         )
-    version = f"{int(match.group(1))}.{int(match.group(2))}"
     if version not in SUPPORTED_VERSIONS:
         return None, (
             f"image {image!r} is vLLM {version}, which has no rules here; supported versions: {supported} "
             "(or set spec.engine.version)"
         )
     return version, None
+
+
+def tag_version(image: str) -> str | None:
+    """The vLLM minor version an image's tag names (vllm/vllm-openai:v0.33.0 -> 0.33), or None when the tag
+    does not read as one (latest, nightly, a digest only)."""
+    match = _VERSION_TAG.match(image_tag(image) or "")
+    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+
+
+def version_drift(explicit: str | None, image: str) -> str | None:
+    """A warning when spec.engine.version names another vLLM than the image's tag: the rules of one version
+    would judge the other's binary."""
+    tagged = tag_version(image)
+    if not explicit or tagged is None or tagged == explicit:
+        return None
+    return (
+        f"{explicit!r} contradicts the image {image!r}, which is vLLM {tagged}: the vLLM {explicit} rules would "
+        f"judge a vLLM {tagged} binary; set spec.engine.version to {tagged!r} or remove it (it defaults to the tag)"
+    )

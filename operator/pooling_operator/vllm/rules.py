@@ -29,6 +29,7 @@ from pooling_operator.vllm.contract import (
     Contract,
     contract,
     resolve_version,
+    version_drift,
 )
 from pooling_operator.vllm.engine_rules import chunk_reason, extra_args_problems, gpu_problems
 from pooling_operator.vllm.extra_args import ExtraArgs
@@ -73,6 +74,9 @@ def model_and_engine(s: Subject) -> Iterable[Problem]:
     _, error = resolve_version(s.w.engine.version, s.w.engine.image)
     if error:
         yield Problem("spec.engine.version" if s.w.engine.version else "spec.engine.image", error)
+    drift = version_drift(s.w.engine.version, s.w.engine.image)
+    if drift and not error:
+        yield Problem("spec.engine.version", drift, "warning")
 
 
 def extra_args(s: Subject) -> Iterable[Problem]:
