@@ -148,9 +148,10 @@ def test_the_image_tag_default_is_the_one_render_uses_and_the_docs_say_so(helm: 
 
     [dep] = [d for d in template(helm) if d["kind"] == "Deployment"]
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == OPERATOR_IMAGE
-    tag = OPERATOR_IMAGE.rsplit(":", 1)[1]
-    assert f"({tag})" in (CHART / "values.yaml").read_text()
-    assert f"`{tag}`" in (CHART / "README.md").read_text()
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert OPERATOR_IMAGE.endswith(f":v{app_version}")
+    assert "defaults to v<appVersion>" in (CHART / "values.yaml").read_text()
+    assert "`v<appVersion>`" in (CHART / "README.md").read_text()
     url = [d for d in template(helm, "webhook.url=https://hooks.example:9443/") if d["kind"] == "ValidatingWebhookConfiguration"]
     paths = {h["clientConfig"]["url"] for h in url[0]["webhooks"]}
     assert "https://hooks.example:9443/validate-poolingservices" in paths  # the base URL, each kind's path appended
