@@ -325,10 +325,12 @@ def _task_support(w: Workload, task_path: str) -> Iterator[Problem]:
         )
     f = w.facts
     if _is_bge_m3(w) and task in ("token_embed", "token_classify") and (f is None or f.architecture != BGE_M3):
-        # Without the override vLLM loads XLMRobertaModel: token_embed silently returns raw token states
-        # instead of ColBERT vectors, and token_classify does not exist.
+        # Without the override vLLM loads XLMRobertaModel: token_classify does not exist, and token_embed
+        # returns the raw per-token hidden states (served, as vLLM's own multi-vector retrieval test does),
+        # not BGE-M3's ColBERT vectors.
         yield _bge_m3_problem(task)
-        return
+        if task == "token_classify":
+            return
     if f is None:
         return
     if f.native == "generate" and convert == "none":
@@ -361,11 +363,18 @@ def _is_bge_m3(w: Workload) -> bool:
 
 
 def _bge_m3_problem(task: str) -> Problem:
-    head = "sparse (token_classify)" if task == "token_classify" else "ColBERT (token_embed)"
+    if task == "token_embed":
+        return Problem(
+            "spec.model.hfOverrides.architectures",
+            "without vLLM's BgeM3EmbeddingModel override the repository's XLMRobertaModel is loaded, and token_embed "
+            "answers with its raw per-token hidden states (one 1024-wide vector per token, BOS and EOS included), "
+            f"not BGE-M3's ColBERT vectors; for those set model.hfOverrides.architectures to [{BGE_M3}]",
+            "warning",
+        )
     return Problem(
         "spec.model.hfOverrides.architectures",
-        f"BGE-M3's {head} head exists only in vLLM's {BGE_M3}: set model.hfOverrides.architectures to "
-        f"[{BGE_M3}] (the repository declares XLMRobertaModel)",
+        f"BGE-M3's sparse (token_classify) head exists only in vLLM's {BGE_M3}: set model.hfOverrides.architectures "
+        f"to [{BGE_M3}] (the repository declares XLMRobertaModel)",
     )
 
 
