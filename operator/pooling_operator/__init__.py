@@ -1,6 +1,6 @@
 """vllm-pooling-operator: vLLM pooling, scoring and hidden-state workloads on Kubernetes."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 GROUP = "vllm-pooling.io"
 VERSION = "v1alpha1"
