@@ -43,6 +43,7 @@ from pooling_operator.status.services import (
     degraded_by_time,
     embedding_fingerprint,
     invalid_status,
+    kept_children,
     service_status,
 )
 from pooling_operator.vllm.contract import contract, resolve_version
@@ -94,7 +95,8 @@ async def _reconcile_service(ctx: Context, body: dict[str, Any], policies: Mappi
     if not problems and built.policy_problems:
         problems, reason = built.policy_problems, C.POLICY_NOT_ALLOWED
     if problems or resource is None:
-        status = invalid_status(generation, problems, reason if resource is not None else C.INVALID_SPEC)
+        kept = kept_children(ctx.cache.children_of(owner_key(body), SERVICE_CHILDREN, meta["uid"])) if meta.get("uid") else None
+        status = invalid_status(generation, problems, reason if resource is not None else C.INVALID_SPEC, kept)
         if old_status.get("embeddingSpace"):
             status["embeddingSpace"] = old_status["embeddingSpace"]  # keep protecting the index
         await _write_status(ctx, body, old_status, status)
@@ -150,7 +152,8 @@ async def _reconcile_job(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     old_status = body.get("status") or {}
     built = _built(ctx.memo, ctx.settings, ctx.operator_image, body, {}, None)
     if built.problems or built.resource is None:
-        await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), built.problems))
+        kept = kept_children(ctx.cache.children_of(owner_key(body), JOB_CHILDREN, meta["uid"])) if meta.get("uid") else None
+        await _write_status(ctx, body, old_status, invalid_status(meta.get("generation"), built.problems, kept=kept))
         raise InvalidSpec(built.problems)
     resource = built.resource
     assert isinstance(resource, HiddenStateJob)

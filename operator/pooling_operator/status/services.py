@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
@@ -171,17 +172,38 @@ def service_status(
     return status
 
 
-def invalid_status(generation: int | None, problems: list[Problem], reason: str = C.INVALID_SPEC) -> dict[str, Any]:
-    """Status of a resource that breaks a rule: SpecValid=False naming the fields; Ready=False."""
+def invalid_status(
+    generation: int | None, problems: list[Problem], reason: str = C.INVALID_SPEC, kept: str | None = None
+) -> dict[str, Any]:
+    """Status of a resource that breaks a rule: SpecValid=False naming the fields; Ready=False, saying what of
+    the running workload is kept (`kept_children`)."""
     errors = [p for p in problems if p.severity == "error"]
     message = "; ".join(str(p) for p in errors)
+    ready = "The spec is invalid; see SpecValid." + (f" {kept}" if kept else "")
     return {
         "observedGeneration": generation,
         "conditions": [
-            condition(C.READY, False, reason, "The spec is invalid; see SpecValid.", generation),
+            condition(C.READY, False, reason, ready, generation),
             condition(C.SPEC_VALID, False, reason, message, generation),
         ],
     }
+
+
+def kept_children(observed: Mapping[tuple[str, str], dict[str, Any]]) -> str | None:
+    """What a refused spec leaves running, as observed: a spec that passed before (an older operator's rules,
+    or an earlier generation) and is refused now never takes its workload down; its children stay as last
+    applied until the spec is valid again."""
+    for (kind, name), obj in sorted(observed.items()):
+        if kind == "Deployment":
+            st = obj.get("status") or {}
+            want = (obj.get("spec") or {}).get("replicas", 1)
+            return (
+                f"Deployment {name}, as last applied, is kept and not changed until the spec is valid again "
+                f"({st.get('readyReplicas', 0)}/{want} replicas ready)."
+            )
+        if kind == "Job":
+            return f"Job {name}, as last applied, is kept and not changed until the spec is valid again."
+    return None
 
 
 def degraded_by_time(status: dict[str, Any], old_conditions: list[dict[str, Any]] | None, now: datetime, budget_seconds: int) -> None:
