@@ -17,8 +17,9 @@ from pooling_operator import MAX_NESTING
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.cli import main
 from pooling_operator.manifests import MAX_DOCUMENTS, ManifestError, load, measure
-from pooling_operator.vllm.confinement import CODE_ENV, CODE_FLAGS, REFUSED_FLAGS, outside
+from pooling_operator.vllm.confinement import CODE_ENV, outside
 from pooling_operator.vllm.contract import contract
+from pooling_operator.vllm.flag_classes import flags_of
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import duplicate_problems, problem_line, validate
 from tests.factories import pooling, scoring
@@ -179,17 +180,22 @@ def _errors(spec: dict[str, Any], settings: Settings | None = None) -> list[str]
     return [str(p) for p in validate(pooling(spec), settings).errors]
 
 
-@pytest.mark.parametrize("flag", sorted(REFUSED_FLAGS))
+def _args(flag: str, value: str) -> list[str]:
+    """The flag as a user writes it for the factory's image (vLLM 0.33), with a value when it takes one."""
+    return [flag, value] if contract("0.33").flags[flag].takes_value else [flag]
+
+
+@pytest.mark.parametrize("flag", sorted(f for f in flags_of("refused") if f in contract("0.33").flags))
 def test_flags_that_change_the_listener_or_read_arguments_are_refused(flag: str) -> None:
-    args = [flag] if flag in ("--headless", "--enable-ssl-refresh") else [flag, "1" if "port" in flag else "x"]
+    args = _args(flag, "1" if "port" in flag else "x")
     for settings in (None, Settings(allow_trust_remote_code=True)):
         errors = _errors({"engine": {"extraArgs": args}}, settings)
         assert any(e.startswith("spec.engine.extraArgs[0]: " + flag) for e in errors), errors
 
 
-@pytest.mark.parametrize("flag", sorted(CODE_FLAGS))
+@pytest.mark.parametrize("flag", sorted(f for f in flags_of("code") if f in contract("0.33").flags))
 def test_flags_that_load_code_follow_the_trust_remote_code_setting(flag: str) -> None:
-    args = [flag, "mod.Cls"]
+    args = _args(flag, "mod.Cls")
     assert any("--allow-trust-remote-code" in e and e.startswith("spec.engine.extraArgs[0]") for e in _errors({"engine": {"extraArgs": args}}))
     assert not any("--allow-trust-remote-code" in e for e in _errors({"engine": {"extraArgs": args}}, Settings(allow_trust_remote_code=True)))
 

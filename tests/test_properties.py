@@ -109,8 +109,10 @@ def test_validate_and_render_generated_resources(kind: str) -> None:
 
     for_each_resource(kind, check)
     print(kind, seen)
-    # The strategies are not degenerate: both verdicts occur, and accepted resources are rendered.
-    assert seen["inputs"] >= EXAMPLES_PER_KIND and seen["accepted"] >= 50 and seen["refused"] >= 500, seen
+    # The strategies are not degenerate: both verdicts occur, and accepted resources are rendered. The floor
+    # leaves room: hypothesis mixes string constants of every loaded module into its draws, so the corpus moves
+    # with any code change (HiddenStateJob, the kind with the most rules, has drawn 40 to 64 accepted).
+    assert seen["inputs"] >= EXAMPLES_PER_KIND and seen["accepted"] >= 25 and seen["refused"] >= 500, seen
 
 
 @settings(PROPERTY_SETTINGS, max_examples=300)

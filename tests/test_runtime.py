@@ -185,8 +185,8 @@ class World:
         self.runtime = Runtime(self.ctx, None, workers=workers)
         self.uids = itertools.count()
 
-    def create(self, name: str) -> dict[str, Any]:
-        body = pooling({"resources": {"gpu": {"count": 0}}}, name=name)
+    def create(self, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = pooling({"resources": {"gpu": {"count": 0}}, **(spec or {})}, name=name)
         body["metadata"].update(uid=f"svc-{next(self.uids)}", generation=1, resourceVersion="1")
         self.owners[owner_key(body)] = [project(body)]
         self.kube.uids[("PoolingService", name)] = body["metadata"]["uid"]
@@ -381,3 +381,50 @@ def test_a_new_resource_goes_ahead_of_re_reconciles() -> None:
         return [await q.get() for _ in range(3)]
 
     assert asyncio.run(main()) == ["new", "old-1", "old-2"]
+
+
+def test_a_spec_refused_after_an_upgrade_keeps_its_running_workload() -> None:
+    """A spec that passed the rules it was applied under and fails the rules now (an upgrade that tightens a rule;
+    here --worker-cls, which imports code from outside vLLM and passed before this release) never takes the
+    service down: no child is deleted or changed, and status says why and what is kept."""
+    from pooling_operator.vllm.rules import Settings
+
+    async def main() -> None:
+        world = World()
+        world.ctx.settings = Settings(allow_trust_remote_code=True)  # the rules the spec passed under
+        await world.runtime.start()
+        world.create("legacy", {"engine": {"extraArgs": ["--worker-cls", "my.Worker"]}})
+        world.runtime.cache_synced()
+        await drained(world)
+        assert world.kube.requests["patch Deployment"] == 1
+        world.show_writes()
+        await drained(world)
+        await world.runtime.stop()
+
+        # The operator restarts under stricter rules, with the same spec, cache and cluster.
+        written: list[dict[str, Any]] = []
+        apply = world.kube.apply
+
+        async def recording(obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+            if kw.get("subresource") == "status":
+                written.append(obj["status"])
+            return await apply(obj, **kw)
+
+        world.kube.apply = recording  # type: ignore[method-assign]
+        before = dict(world.kube.requests)
+        ctx = Context(kube=world.kube, cache=world.cache)  # type: ignore[arg-type]
+        runtime = Runtime(ctx, None, workers=2)
+        await runtime.start()
+        runtime.cache_synced()
+        await asyncio.wait_for(runtime.queue.join(), 30)
+        await runtime.stop()
+        after = {k: v - before.get(k, 0) for k, v in world.kube.requests.items() if v != before.get(k, 0)}
+        assert not any(k.startswith("delete") for k in after), after
+        assert {k for k in after if k.startswith("patch") and "/status" not in k} == set(), after
+        [status] = [w for w in written if w.get("conditions")]
+        conds = {c["type"]: c for c in status["conditions"]}
+        assert conds["SpecValid"]["status"] == "False" and "spec.engine.extraArgs[0]" in conds["SpecValid"]["message"]
+        assert "--worker-cls" in conds["SpecValid"]["message"]
+        assert "Deployment legacy, as last applied, is kept" in conds["Ready"]["message"]
+
+    asyncio.run(main())

@@ -1,7 +1,7 @@
-"""What `engine.extraArgs` and `engine.env` may not do, whatever else vLLM accepts: change the listener the
-probes, Service and monitors rely on, read arguments or code from outside the resource, or name files
-outside the volumes the operator mounts. Pure tables and checks; the rules of vllm/engine_rules.py and
-vllm/rules.py report them (the owned and secret flags are in vllm/engine_rules.py).
+"""What `engine.extraArgs` and `engine.env` may not do, whatever else vLLM accepts: name files outside the
+volumes the operator mounts, set variables the operator owns, or load code through the environment. Pure tables
+and checks; the rules of vllm/engine_rules.py and vllm/rules.py report them. Each flag's class (owned, refused,
+code, path, plain) is in flags/classes.json, read by vllm/flag_classes.py.
 """
 
 from __future__ import annotations
@@ -13,25 +13,6 @@ from collections.abc import Iterator
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.workload import Workload
 
-# Flags refused whatever the settings: flag -> why.
-REFUSED_FLAGS = {
-    "--config": "reads more arguments from a file, past every check of the resource; put them in extraArgs",
-    "--headless": "starts no API server: the probes, the Service and the routes in status would have nothing to reach",
-    "--grpc-port": "opens a second listener the Service, probes and NetworkPolicy do not know",
-    "--ssl-ca-certs": "configures TLS on a listener that serves plain HTTP inside the pod; terminate TLS at a gateway or mesh",
-    "--ssl-cert-reqs": "configures TLS on a listener that serves plain HTTP inside the pod; terminate TLS at a gateway or mesh",
-    "--enable-ssl-refresh": "configures TLS on a listener that serves plain HTTP inside the pod; terminate TLS at a gateway or mesh",
-}
-# Flags that make vLLM import or run code that is not part of vLLM: allowed only where the operator's settings
-# allow a model's own code (--allow-trust-remote-code), the same trust decision.
-CODE_FLAGS = {
-    "--middleware": "imports Python middleware into the API server",
-    "--tool-parser-plugin": "runs a Python file as a tool-parser plugin",
-    "--reasoning-parser-plugin": "runs a Python file as a reasoning-parser plugin",
-    "--logits-processors": "imports Python logits processors",
-    "--worker-extension-cls": "imports a Python class into every worker",
-    "--log-config-file": "reads a logging configuration, which can construct any Python class",
-}
 # Flags whose values are routes, not files.
 ROUTE_FLAGS = frozenset({"--disable-access-log-for-endpoints"})
 

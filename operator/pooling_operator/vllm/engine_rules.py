@@ -1,6 +1,6 @@
-"""The engine rules: `engine.extraArgs` (on the tokens of vllm/extra_args.py), the flags the operator owns,
-GPUs for the parallel sizes, and whether vLLM can chunk a workload's prompts. Pure; read by the chains of
-vllm/rules.py."""
+"""The engine rules: `engine.extraArgs` (on the tokens of vllm/extra_args.py, each flag judged by its class in
+vllm/flag_classes.py: owned, refused, code, path or plain), GPUs for the parallel sizes, and whether vLLM can
+chunk a workload's prompts. Pure; read by the chains of vllm/rules.py."""
 
 from __future__ import annotations
 
@@ -8,68 +8,17 @@ import difflib
 from collections.abc import Iterator
 
 from pooling_operator.api.problems import Problem
-from pooling_operator.vllm.confinement import (
-    CODE_ADVICE,
-    CODE_FLAGS,
-    REFUSED_FLAGS,
-    ROUTE_FLAGS,
-    outside,
-    paths_message,
-    roots,
-)
+from pooling_operator.vllm.confinement import CODE_ADVICE, ROUTE_FLAGS, outside, paths_message, roots
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import ExtraArgs, option_names
+from pooling_operator.vllm.flag_classes import FlagClass, classify, code_keys
 from pooling_operator.vllm.workload import Workload
 
-# Flags the operator sets from typed fields (flag -> the field to use instead).
-COMMON_OWNED = {
-    "--model": "spec.model.name",
-    "--served-model-name": "spec.model.servedName",
-    "--revision": "spec.model.revision",
-    "--trust-remote-code": "spec.model.trustRemoteCode",
-    "--hf-overrides": "spec.model.hfOverrides or spec.model.matryoshkaDimensions",
-    "--host": "(set by the operator)",
-    "--port": "spec.service.port",
-    "--runner": "spec.task or spec.mode",
-    "--convert": "spec.convert",
-    "--pooler-config": "spec.pooling and spec.task",
-    "--dtype": "spec.engine.dtype",
-    "--max-model-len": "spec.engine.maxModelLen",
-    "--max-num-batched-tokens": "spec.engine.maxNumBatchedTokens",
-    "--max-num-seqs": "spec.engine.maxNumSeqs",
-    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
-    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
-    "--custom-histogram-buckets": "(set by the operator: the same fine latency buckets for every service)",
-    # The probes, the Service and the monitors speak plain HTTP on the port: the listener is ours.
-    "--uds": "(the operator serves HTTP on spec.service.port; probes and the Service need it)",
-    "--ssl-keyfile": "(plain HTTP inside the pod; terminate TLS at a gateway or mesh)",
-    "--ssl-certfile": "(plain HTTP inside the pod; terminate TLS at a gateway or mesh)",
-    "--root-path": "(routes are served at /; probes and status depend on it)",
-}
-SECRET_FLAGS = {
-    "--api-key": "spec.service.apiKeySecretRef",
-    "--hf-token": "spec.model.source.huggingFace.tokenSecretRef",
-}
-HIDDEN_STATE_OWNED = {
-    "--speculative-config": "spec.layers",
-    "--spec-method": "spec.layers",
-    "--spec-model": "spec.layers",
-    "--spec-tokens": "spec.layers",
-    "--kv-transfer-config": "spec.connector",
-    "--enable-chunked-prefill": "(off for hidden-state extraction, as vLLM's docs require)",
-}
 # Flags that vLLM accepts only together with another (serve arg checks).
 REQUIRES = {"--enable-log-outputs": "--enable-log-requests"}
 # Batching features vLLM turns off for encoders and for MEAN/CLS/STEP pooling; forcing them on makes vLLM warn
 # that it "may cause the engine to crash or produce incorrect outputs" (config/model.py:2175-2256).
 UNSAFE_FOR_NON_CHUNKING_POOLERS = ("--enable-chunked-prefill", "--enable-prefix-caching")
-def owned_flags(w: Workload) -> dict[str, str]:
-    owned = dict(COMMON_OWNED)
-    if w.hidden_states:
-        owned.update(HIDDEN_STATE_OWNED)
-    return owned
-
-
 def gpu_problems(w: Workload, xa: ExtraArgs, resources: object) -> Iterator[Problem]:
     """Every vLLM worker needs its own GPU: tensor x pipeline x data parallel <= GPUs per pod."""
     gpu = getattr(resources, "gpu", None)
@@ -123,7 +72,6 @@ def extra_args_problems(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: 
 
 
 def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool, allow_code: bool) -> Iterator[Problem]:
-    owned = owned_flags(w)
     allowed = roots(w)
     seen: dict[str, int] = {}
     for t in xa.tokens:
@@ -143,16 +91,20 @@ def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: boo
         if positive in seen:
             yield Problem(path, f"{name} repeats extraArgs[{seen[positive]}]; vLLM would silently keep only the last")
         seen.setdefault(positive, t.index)
-        if positive in SECRET_FLAGS:
-            yield Problem(path, f"secrets never go in arguments: set {SECRET_FLAGS[positive]} instead of {name}")
-        elif positive in owned:
-            yield Problem(path, f"{name} is set by the operator from {owned[positive]}; set that instead")
-        elif positive in REFUSED_FLAGS:
-            yield Problem(path, f"{name} {REFUSED_FLAGS[positive]}")
-        elif positive in CODE_FLAGS and not allow_code:
-            yield Problem(path, f"{name} {CODE_FLAGS[positive]}: {CODE_ADVICE}")
+        cls = classify(positive, hidden_states=w.hidden_states) or FlagClass("plain")
+        if cls.name == "owned" and cls.secret:
+            yield Problem(path, f"secrets never go in arguments: set {cls.field} instead of {name}")
+        elif cls.name == "owned":
+            yield Problem(path, f"{name} is set by the operator from {cls.field}; set that instead")
+        elif cls.name == "refused":
+            yield Problem(path, f"{name} {cls.why}")
+        elif cls.name == "code" and not allow_code and (t.value is None or t.value not in cls.plain_values):
+            yield Problem(path, f"{name} {cls.why}: {CODE_ADVICE}")
         elif positive == "--disable-log-stats" and needs_metrics:
             yield Problem(path, "--disable-log-stats removes every vllm:* metric, which autoscaling and monitoring read")
+        if cls.name != "owned" and not allow_code:
+            for key, why in code_keys(positive, t.text, t.value):
+                yield Problem(path, f"{name}: the key {key} {why}: {CODE_ADVICE}")
         found = outside(t.value, allowed) if t.value is not None and positive not in ROUTE_FLAGS else None
         if found is not None:
             yield Problem(path, f"{name}: {paths_message(found, allowed)}")

@@ -10,6 +10,7 @@ fires.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from pooling_operator.vllm.contract import (
 from pooling_operator.vllm.engine_rules import chunk_reason, extra_args_problems, gpu_problems
 from pooling_operator.vllm.extra_args import ExtraArgs
 from pooling_operator.vllm.extra_args import parse as parse_extra_args
+from pooling_operator.vllm.flag_classes import code_keys
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.workload import Workload, workload
@@ -191,6 +193,9 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
                 f"{key} is owned by the typed field {field}; declare the Matryoshka sizes there",
             )
     yield from _matryoshka_bound(model)
+    if model.hf_overrides and not settings.allow_trust_remote_code:
+        for key, why in code_keys("--hf-overrides", "--hf-overrides", json.dumps(model.hf_overrides)):
+            yield Problem(f"spec.model.hfOverrides.{key}", f"{key} {why}: {CODE_ADVICE}")
     archs = (model.hf_overrides or {}).get("architectures")
     if archs is not None and not (isinstance(archs, list) and archs and all(isinstance(a, str) and a for a in archs)):
         yield Problem("spec.model.hfOverrides.architectures", "must be a non-empty list of architecture names")
