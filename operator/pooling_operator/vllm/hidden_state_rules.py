@@ -44,11 +44,11 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
                     "(model.hints.numHiddenLayers, the last layer); vLLM would silently write another layer",
                 )
     f = w.facts
-    if f is not None and f.native != "generate":
+    if f is not None and not f.generates:
         yield Problem(
             "spec.model.hints.architectures",
             f"hidden-state extraction runs a generate model with vLLM's EAGLE-3 interface; {f.architecture} is a "
-            "pooling model",
+            f"pooling model in vLLM {f.version} ({f.entry.where})",
         )
     if f is not None and f.architecture in MLA:
         yield Problem(

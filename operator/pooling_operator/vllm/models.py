@@ -1,63 +1,51 @@
-"""What vLLM makes of a model architecture (contract §2, §5, §7), from config.json names alone."""
+"""What vLLM makes of a model architecture (contract §2, §5, §7): from the version's model registry
+(vllm/registry.py, generated from vLLM itself), and by vLLM's own suffix rules only for names the registry
+lacks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-Native = Literal["generate", "embed", "classify", "token_classify", "late_interaction", "bge_m3"]
+from pooling_operator.vllm.registry import USER_TASKS, Entry, registry
 
-# vLLM's registry (model_executor/models/registry.py:266-280): late-interaction models serve token_embed only.
-LATE_INTERACTION = frozenset(
-    {
-        "HF_ColBERT",
-        "ColBERTModernBertModel",
-        "ColBERTJinaRobertaModel",
-        "ColBERTLfm2Model",
-        "JinaForRanking",
-        "ColPali",
-        "ColQwen3",
-        "ColQwen3_5",
-        "ColModernVBert",
-        "Qwen3VLNemotronEmbedModel",
-    }
-)
+Native = Literal["generate", "pooling"]
+
 BGE_M3 = "BgeM3EmbeddingModel"
 # Multi-head latent attention models: the hidden-state connector refuses them (contract §5).
 MLA = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK2ForCausalLM", "MiniCPM3ForCausalLM"})
 
-_GENERATE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "ChatModel", "LMHeadModel")
 # Base classes of causal families that vLLM serves as pooling models under a bare *Model name (e5-mistral's
 # MistralModel, LlamaModel, Qwen2Model...): still causal decoders, so vLLM chunks their prompts.
 _CAUSAL_BASES = ("Llama", "Mistral", "Mixtral", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Gemma3", "Phi3", "Granite", "InternLM2", "GPTNeoX", "Olmo", "Olmo2")
 _ENCODER_BASES = ("Bert", "XLMRoberta", "Roberta", "ModernBert", "DistilBert", "MPNet", "Electra", "DebertaV2", "Deberta", "NomicBert", "GteNew", "Camembert")
-_CLASSIFY_SUFFIXES = ("ForSequenceClassification", "ClassificationModel")
-_EMBED_SUFFIXES = ("EmbeddingModel", "ForTextEncoding", "RewardModel", "ForRewardModeling", "Model")
-
-
-def native_kind(architecture: str) -> Native:
-    """The kind vLLM's runner 'auto' gives an architecture, by its name (config/model.py:2322-2341)."""
-    if architecture == BGE_M3:
-        return "bge_m3"
-    if architecture in LATE_INTERACTION:
-        return "late_interaction"
-    if architecture.endswith("ForTokenClassification"):
-        return "token_classify"
-    if architecture.endswith(_GENERATE_SUFFIXES):
-        return "generate"
-    if architecture.endswith(_CLASSIFY_SUFFIXES) or ("For" in architecture and architecture.endswith("Classification")):
-        return "classify"
-    if architecture.endswith(_EMBED_SUFFIXES):
-        return "embed"
-    return "generate"
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """Facts derived from the effective architecture (hfOverrides.architectures over hints.architectures)."""
+    """Facts derived from the effective architecture (hfOverrides.architectures over hints.architectures) and
+    the version's registry."""
 
     architecture: str
-    native: Native
+    entry: Entry
+    version: str  # the contract version whose registry `entry` comes from
+
+    @property
+    def native(self) -> Native:
+        """`pooling` for a class vLLM pools natively; `generate` for one it generates with (and adapts with a
+        conversion to pool)."""
+        return "pooling" if self.entry.runner == "pooling" and self.entry.convert == "none" else "generate"
+
+    @property
+    def generates(self) -> bool:
+        """`--runner auto` gives the generate runner: a text-generation class (what hidden states and generative
+        scoring need)."""
+        return self.entry.runner == "generate"
+
+    @property
+    def native_tasks(self) -> tuple[str, ...]:
+        """The pooler's tasks of a native pooling class, those a spec can ask for."""
+        return tuple(t for t in self.entry.tasks if t in USER_TASKS) if self.native == "pooling" else ()
 
     @property
     def is_decoder(self) -> bool | None:
@@ -69,25 +57,28 @@ class ModelFacts:
         base = base.removesuffix("EmbeddingModel").removesuffix("Model")
         if base in _CAUSAL_BASES:
             return True
-        if base in _ENCODER_BASES or self.native in ("late_interaction", "bge_m3"):
+        if base in _ENCODER_BASES or self.entry.score == "late-interaction" or self.architecture == BGE_M3:
             return False
         return None
 
     def supported_tasks(self, convert: str) -> tuple[str, ...]:
-        """Pooling tasks the model can serve after ``convert`` (gpu_model_runner.py:3151-3165)."""
-        if self.native == "generate":
-            return ("classify", "token_classify") if convert == "classify" else ("embed", "token_embed")
-        if self.native == "bge_m3":
-            return ("embed", "token_embed", "token_classify")
-        if self.native == "late_interaction":
-            return ("token_embed",)
-        if self.native in ("classify", "token_classify"):
-            return ("classify", "token_classify")
-        return ("embed", "token_embed")
+        """Pooling tasks the model can serve after ``convert`` (gpu_model_runner.py:3151-3165; the adapters of
+        model_executor/models/adapters.py for a conversion)."""
+        r = registry(self.version)
+        if self.native == "pooling":
+            return self.native_tasks
+        if convert in ("embed", "classify"):
+            return r.convert_tasks(convert)
+        return r.convert_tasks(self.entry.convert if self.entry.convert != "none" else "embed")
+
+    @property
+    def late_interaction(self) -> bool:
+        return self.entry.score == "late-interaction"
 
 
-def facts(architectures: list[str] | None) -> ModelFacts | None:
+def facts(architectures: list[str] | None, version: str) -> ModelFacts | None:
+    """The facts of the first architecture vLLM would load, by `version`'s registry (None without one)."""
     if not architectures:
         return None
     arch = architectures[0]
-    return ModelFacts(arch, native_kind(arch))
+    return ModelFacts(arch, registry(version).entry(arch), version)

@@ -37,6 +37,7 @@ from pooling_operator.vllm.extra_args import ExtraArgs
 from pooling_operator.vllm.extra_args import parse as parse_extra_args
 from pooling_operator.vllm.flag_classes import code_keys
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
+from pooling_operator.vllm.model_rules import remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.workload import Workload, workload
 
@@ -73,6 +74,7 @@ Rule = Callable[[Subject], Iterable[Problem]]
 def model_and_engine(s: Subject) -> Iterable[Problem]:
     """Source, revision, trust, env and batching of every vLLM server (the version's own problem too)."""
     yield from _common(s.w, s.settings)
+    yield from remote_code_problems(s.w)
     _, error = resolve_version(s.w.engine.version, s.w.engine.image)
     if error:
         yield Problem("spec.engine.version" if s.w.engine.version else "spec.engine.image", error)
@@ -339,9 +341,10 @@ def _task_support(w: Workload, task_path: str) -> Iterator[Problem]:
     if f is None:
         return
     if f.native == "generate" and convert == "none":
+        what = "a generative model" if f.generates else f"not a pooling class in vLLM {f.version} (runner auto adapts it with convert {f.entry.convert})"
         yield Problem(
             "spec.convert",
-            f"{f.architecture} is a generative model: it does not support the pooling runner without a conversion; "
+            f"{f.architecture} is {what}: it does not support the pooling runner without a conversion; "
             "use convert auto, embed or classify",
         )
         return
@@ -419,10 +422,11 @@ def _scoring_service(resource: ScoringService, w: Workload, c: Contract | None) 
     hints = w.model.hints
     f = w.facts
     if spec.mode == "generative":
-        if f is not None and f.native != "generate":
+        if f is not None and not f.generates:
             yield Problem(
                 "spec.model.hints.architectures",
-                f"generative scoring needs a causal LM (runner generate); {f.architecture} is a pooling model",
+                f"generative scoring needs a causal LM (runner generate); {f.architecture} is a pooling model in vLLM "
+                f"{f.version} ({f.entry.where})",
             )
         if spec.generative is not None:
             yield from _labels(spec, c)

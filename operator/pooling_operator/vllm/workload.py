@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
 from pooling_operator.api.services import GenerativeSpec, PoolingSpec
+from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, resolve_version
 from pooling_operator.vllm.models import ModelFacts, facts
 
 MODE_TASKS = {"crossEncoder": "classify", "biEncoder": "embed", "lateInteraction": "token_embed"}
@@ -35,13 +36,25 @@ class Workload:
         return self.model.served_name or self.name
 
     @property
-    def facts(self) -> ModelFacts | None:
-        """Facts from hfOverrides.architectures (what vLLM will load) or else hints.architectures."""
+    def version(self) -> str:
+        """The contract version whose rules apply (the newest supported when engine.version and the image tag
+        name none: its own problem is reported, the other rules still judge)."""
+        version, _ = resolve_version(self.engine.version, self.engine.image)
+        return version or SUPPORTED_VERSIONS[-1]
+
+    @property
+    def architectures(self) -> list[str] | None:
+        """hfOverrides.architectures (what vLLM will load) or else hints.architectures."""
         overrides = self.model.hf_overrides or {}
         archs = overrides.get("architectures")
         if isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs):
-            return facts(archs)
-        return facts(self.model.hints.architectures if self.model.hints else None)
+            return archs
+        return self.model.hints.architectures if self.model.hints else None
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        """What the version's registry says of the first architecture."""
+        return facts(self.architectures, self.version)
 
 
 def workload(resource: Workloadable) -> Workload:
