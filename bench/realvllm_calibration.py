@@ -4,7 +4,7 @@ Starts real vLLM 0.32 (the CPU runtime of e2e/realvllm) with the command line th
 examples/minilm-embeddings.yaml (changed only where this machine forces it: runner_process.MACHINE_OVERRIDES;
 ``engine.dtype: float32`` like the service model's fit, see --dtype; and the port), runs c clients in a closed loop (each with one request in flight, one short sentence per
 request) at each concurrency, and prints the measured throughput and latencies next to what
-``pooling_operator.autoscaling.servicemodel`` predicts for the same server settings (max_num_seqs,
+``pooling_operator.autoscaling.simulator.servicemodel`` predicts for the same server settings (max_num_seqs,
 max_num_batched_tokens from the argv) and the same measured mean prompt length.
 
     .venv/bin/python bench/realvllm_calibration.py [--concurrency 1,8,32] [--seconds 20] [--url URL]
@@ -39,7 +39,7 @@ from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import _free_ports  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
 from e2e.realvllm.runner_process import on_this_machine  # noqa: E402
-from pooling_operator.autoscaling.servicemodel import Replica, ServiceParams  # noqa: E402
+from pooling_operator.autoscaling.simulator.servicemodel import Replica, ServiceParams  # noqa: E402
 from pooling_operator.vllm import metrics as m  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while kubernetes schedules pods onto nodes".split()

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import given, settings
 
 from pooling_operator.api import AutoscalingPolicy
+from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import policy_for
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.builders.common import labels
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.validate import validate
 from tests.properties_support import (

@@ -11,8 +11,8 @@ from statistics import mean
 
 import pytest
 
-from pooling_operator.autoscaling.servicemodel import Replica, ServiceParams
-from pooling_operator.autoscaling.trace import Trace, arrivals
+from pooling_operator.autoscaling.simulator.servicemodel import Replica, ServiceParams
+from pooling_operator.autoscaling.simulator.trace import Trace, arrivals
 
 CAPTURES = Path(__file__).resolve().parent / "data" / "vllm-captures"
 TOKENS = {"short": (12, 20), "long": (186, 213)}  # the inputs' token ranges (load-curve.md, Setup)

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pooling_operator.autoscaling.baselines import (
+from pooling_operator.autoscaling.decide import signals_from
+from pooling_operator.autoscaling.simulator.baselines import (
     HPA_DEFAULT_DOWN,
     Hpa,
     Metric,
@@ -24,12 +25,18 @@ from pooling_operator.autoscaling.baselines import (
     hpa_queue,
     keda,
 )
-from pooling_operator.autoscaling.decide import signals_from
-from pooling_operator.autoscaling.promql import Prometheus, histogram_quantile
-from pooling_operator.autoscaling.servicemodel import Counters, ServiceParams
-from pooling_operator.autoscaling.simulate import Operator, replica_rate, run, setup_for, simulate, to_json
-from pooling_operator.autoscaling.simulate_cli import read_service
-from pooling_operator.autoscaling.trace import InputError, arrivals, parse_trace
+from pooling_operator.autoscaling.simulator.cli import read_service
+from pooling_operator.autoscaling.simulator.promql import Prometheus, histogram_quantile
+from pooling_operator.autoscaling.simulator.servicemodel import Counters, ServiceParams
+from pooling_operator.autoscaling.simulator.simulate import (
+    Operator,
+    replica_rate,
+    run,
+    setup_for,
+    simulate,
+    to_json,
+)
+from pooling_operator.autoscaling.simulator.trace import InputError, arrivals, parse_trace
 from pooling_operator.builders.services import scaled_object
 from pooling_operator.cli import main
 from tests.factories import hidden_states, policy, pooling

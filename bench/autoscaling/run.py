@@ -20,10 +20,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "operator")]
 
-from pooling_operator.autoscaling.servicemodel import ServiceParams  # noqa: E402
-from pooling_operator.autoscaling.simulate import setup_for, simulate, to_json  # noqa: E402
-from pooling_operator.autoscaling.simulate_cli import read_service  # noqa: E402
-from pooling_operator.autoscaling.trace import parse_trace  # noqa: E402
+from pooling_operator.autoscaling.simulator.cli import read_service  # noqa: E402
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
+from pooling_operator.autoscaling.simulator.simulate import setup_for, simulate, to_json  # noqa: E402
+from pooling_operator.autoscaling.simulator.trace import parse_trace  # noqa: E402
 
 TRACES = ("step", "diurnal", "spikes")
 BASELINES = ("hpa-queue", "keda")

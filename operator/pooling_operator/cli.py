@@ -14,7 +14,7 @@ from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
-from pooling_operator.autoscaling.simulate_cli import add_parser as add_simulate_parser
+from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load

@@ -40,11 +40,10 @@ from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
 from pooling_operator.builders.common import gpus_per_pod
-from pooling_operator.builders.services import service_queries
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
-from pooling_operator.vllm.metrics import Queries
+from pooling_operator.vllm.metrics import Queries, service_queries
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class Autoscaler:
         settings = {
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
             "gpus": gpus_per_pod(resource.spec.resources), "targets": targets,
-            "queries": service_queries(resource, targets.window), "decides": a.backend == "operator",
+            "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
         }
         before = self.services.get(resource.metadata.uid)
         if before is not None:

@@ -8,17 +8,11 @@ from typing import Any
 
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
 from pooling_operator.api.base import ResourcesSpec, TemplateSpec
+from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.workload import Workload
 
-MANAGED_BY = "vllm-pooling-operator"
-MANAGED_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}  # on every child: what the operator watches and lists
-COMPONENTS = {
-    "PoolingService": "pooling-service",
-    "ScoringService": "scoring-service",
-    "HiddenStateJob": "hidden-state-job",
-}
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -28,19 +22,6 @@ class BuildContext:
 
     operator_image: str = OPERATOR_IMAGE
     policy: AutoscalingPolicySpec | None = None
-
-
-def selector_labels(name: str, kind: str) -> dict[str, str]:
-    """The fixed, small set of labels selectors use (never user labels)."""
-    return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": COMPONENTS[kind]}
-
-
-def labels(name: str, kind: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "vllm",
-        **selector_labels(name, kind),
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-    }
 
 
 def metadata(w: Workload, name: str, uid: str | None, *, kind: str | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
     STEP_PERIOD_SECONDS,
@@ -13,7 +14,6 @@ from pooling_operator.api.policy import (
     resolve_targets,
 )
 from pooling_operator.builders.common import (
-    COMPONENTS,
     CONTAINER_SECURITY,
     POD_SECURITY,
     BuildContext,
@@ -22,13 +22,12 @@ from pooling_operator.builders.common import (
     placement,
     pod_metadata,
     resource_requirements,
-    selector_labels,
     vllm_env,
     vllm_volumes,
 )
 from pooling_operator.vllm.args import vllm_command
 from pooling_operator.vllm.contract import Contract
-from pooling_operator.vllm.metrics import Queries, queries, relabelings
+from pooling_operator.vllm.metrics import relabelings, service_queries
 from pooling_operator.vllm.workload import Workload, workload
 
 Service = PoolingService | ScoringService
@@ -139,12 +138,6 @@ def pod_monitor(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
-def service_queries(resource: Service, window: str, w: Workload | None = None) -> Queries:
-    """The autoscaler's PromQL for one service (scoped by the labels the monitors produce)."""
-    w = w or workload(resource)
-    return queries(w.namespace or "default", w.name, COMPONENTS[w.kind], window)
-
-
 def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Workload | None = None) -> dict[str, Any]:
     """A KEDA ScaledObject with the built-in autoscaler's queue and p99 signals and its behaviour. KEDA cannot
     learn a replica's capacity, so the demand and in-system signals stay with the operator backend."""
@@ -153,7 +146,7 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
     assert a is not None
     t = resolve_targets(a, policy)
     url = t.prometheus.url if t.prometheus else DEFAULT_PROMETHEUS_URL
-    q = service_queries(resource, t.window, w)
+    q = service_queries(w.kind, w.namespace, w.name, t.window)
     triggers: list[dict[str, Any]] = [
         {
             "type": "prometheus",

@@ -15,8 +15,8 @@ from typing import Any
 
 import kopf
 
+from pooling_operator.api.identity import MANAGED_LABELS
 from pooling_operator.api.kinds import KINDS
-from pooling_operator.builders.common import MANAGED_LABELS
 from pooling_operator.k8s.cache import Cache, index_key, project
 from pooling_operator.runtime import Runtime
 

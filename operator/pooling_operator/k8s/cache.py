@@ -19,13 +19,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooling_operator.api.identity import COMPONENT_KINDS
 from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.builders.common import COMPONENTS
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService or HiddenStateJob
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
-COMPONENT_KINDS = {component: kind for kind, component in COMPONENTS.items()}
 REPLICAS_OWNER = "vllm-pooling.io/replicas-managers"  # our projection of managedFields: who set spec.replicas
 WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten after this
 

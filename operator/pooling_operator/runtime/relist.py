@@ -29,8 +29,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from pooling_operator.api.identity import MANAGED_LABELS
 from pooling_operator.api.kinds import KINDS
-from pooling_operator.builders.common import MANAGED_LABELS
 from pooling_operator.k8s.api import ApiError, Kube
 
 log = logging.getLogger(__name__)

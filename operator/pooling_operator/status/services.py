@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders.common import selector_labels
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem

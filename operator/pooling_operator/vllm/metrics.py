@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pooling_operator.api.identity import COMPONENTS
+
 # ---- metric names, types and labels (as vLLM 0.32 exports them) ---------------------------------------------
 
 WAITING = "vllm:num_requests_waiting"  # gauge {engine, model_name}
@@ -136,3 +138,8 @@ def queries(namespace: str, instance: str, component: str, window: str) -> Queri
         tokens=f"sum(rate({PROMPT_TOKENS}{{{m}}}[{window}]))",
         p99=f"histogram_quantile(0.99, sum by (le) (rate({E2E_LATENCY}_bucket{{{m}}}[{window}])))",
     )
+
+
+def service_queries(kind: str, namespace: str | None, name: str, window: str) -> Queries:
+    """The autoscaler's PromQL for one service, scoped by the labels its monitors give the pods' series."""
+    return queries(namespace or "default", name, COMPONENTS[kind], window)

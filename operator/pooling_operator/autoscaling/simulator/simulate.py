@@ -35,15 +35,15 @@ from typing import Any, Protocol
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
-from pooling_operator.autoscaling.baselines import Oracle, hpa_queue, keda
 from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Budget, Observed, State, decide, signals_from
-from pooling_operator.autoscaling.promql import Prometheus
-from pooling_operator.autoscaling.servicemodel import Completion, Replica, ServiceParams
+from pooling_operator.autoscaling.simulator.baselines import Oracle, hpa_queue, keda
+from pooling_operator.autoscaling.simulator.promql import Prometheus
+from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
+from pooling_operator.autoscaling.simulator.trace import InputError, Trace, arrivals
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.autoscaling.trace import InputError, Trace, arrivals
 from pooling_operator.builders.common import gpus_per_pod
-from pooling_operator.builders.services import scaled_object, service_queries
-from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries
+from pooling_operator.builders.services import scaled_object
+from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries, service_queries
 
 POLICIES = ("operator", "hpa-queue", "keda", "oracle")
 DEFAULT_SCRAPE_SECONDS = 15.0
@@ -333,7 +333,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     targets = resolve_targets(resource, policy)
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
-    return Setup(params, targets, service_queries(resource, targets.window), gpus_per_pod(resource.spec.resources),
+    return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_per_pod(resource.spec.resources),
                  scrape_interval, seed, initial_replicas)
 
 

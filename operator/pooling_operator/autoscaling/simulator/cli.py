@@ -12,8 +12,8 @@ from typing import Any
 
 from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
-from pooling_operator.autoscaling.servicemodel import ServiceParams
-from pooling_operator.autoscaling.simulate import (
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
+from pooling_operator.autoscaling.simulator.simulate import (
     DEFAULT_SCRAPE_SECONDS,
     POLICIES,
     Result,
@@ -21,7 +21,7 @@ from pooling_operator.autoscaling.simulate import (
     simulate,
     to_json,
 )
-from pooling_operator.autoscaling.trace import InputError, parse_trace
+from pooling_operator.autoscaling.simulator.trace import InputError, parse_trace
 from pooling_operator.manifests import ManifestError, load
 from pooling_operator.vllm.validate import validate
 

@@ -28,7 +28,7 @@ from pooling_operator.autoscaling.decide import (
     ratio_recommendation,
     stabilize,
 )
-from pooling_operator.autoscaling.trace import InputError, Trace
+from pooling_operator.autoscaling.simulator.trace import InputError, Trace
 from pooling_operator.vllm.metrics import Queries
 
 HPA_SYNC_SECONDS = 15  # kube-controller-manager --horizontal-pod-autoscaler-sync-period

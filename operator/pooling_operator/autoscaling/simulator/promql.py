@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pooling_operator.autoscaling.servicemodel import Counters
+from pooling_operator.autoscaling.simulator.servicemodel import Counters
 
 LOOKBACK_SECONDS = 300.0  # Prometheus's default lookback delta for instant selectors
 
