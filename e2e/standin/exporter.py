@@ -4,7 +4,7 @@ It exports, for every metric of ``pooling_operator.vllm.metrics.METRICS``, vLLM'
 names (``engine="0"``, ``model_name``, ``finished_reason`` on the success counter) through prometheus_client,
 the library vLLM exports with, with the buckets the renderer sets (``LATENCY_BUCKETS`` for the end-to-end
 latency; vLLM's defaults for time to first token and tokens per step). The numbers come from the service model
-(``pooling_operator.autoscaling.servicemodel.Replica``) run in wall-clock time: requests arrive as a Poisson
+(``pooling_operator.autoscaling.simulator.servicemodel.Replica``) run in wall-clock time: requests arrive as a Poisson
 process at this pod's share of a load profile, which two JSON files give and the process re-reads:
 
 - the load profile ``{"requests_per_second": total, "mean_tokens": 16}`` (the test rewrites it);
@@ -44,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from pooling_operator.autoscaling.servicemodel import Histogram, Replica, ServiceParams
+from pooling_operator.autoscaling.simulator.servicemodel import Histogram, Replica, ServiceParams
 from pooling_operator.vllm import metrics as m
 
 TICK_SECONDS = 0.1  # how often the model is advanced and the files re-read between scrapes

@@ -35,7 +35,7 @@ from typing import Any
 
 from e2e.controlplane import REPO_ROOT, Api, _child_setup, wait_for
 from e2e.prometheus import PrometheusServer
-from pooling_operator.autoscaling.servicemodel import ServiceParams
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.vllm.metrics import target_labels
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"

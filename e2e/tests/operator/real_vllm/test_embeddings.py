@@ -26,7 +26,7 @@ from e2e.realvllm.runner_process import PodRunner
 from e2e.standin import exporter as standin
 from e2e.tests.operator.real_vllm.conftest import Deployer, Served, oracle
 from e2e.tests.operator.real_vllm.routes import PROBES, answered, probe
-from pooling_operator.autoscaling.servicemodel import ServiceParams
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.vllm import metrics as m
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
