@@ -322,6 +322,49 @@ def install(root: Path | None = None, *, log: Callable[[str], None] | None = Non
         return rt
 
 
+# vLLM's source distribution: its tests/models/registry.py (which the wheel lacks) is where the architecture
+# table's trust_remote_code test cases come from (e2e/realvllm/registry). Kept beside the runtime, not in
+# its key: fetching it never reinstalls the runtime.
+SDIST = f"vllm-{VLLM_VERSION}.tar.gz"
+SDIST_SHA256 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"  # PyPI's vllm-0.32.0.tar.gz
+INDEX = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+
+
+def sdist_path() -> Path:
+    return cache_home() / "vllm" / "sdist" / SDIST
+
+
+def fetch_sdist(log: Callable[[str], None] | None = None) -> Path:
+    """vLLM's sdist from the package index, checked against PyPI's sha256; once (44 MB)."""
+    import re
+    import urllib.parse
+    import urllib.request
+
+    log = log or _stderr
+    path = sdist_path()
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == SDIST_SHA256:
+        return path
+    started = time.monotonic()
+    log(f"[vllm] downloading {SDIST} from {INDEX} (its tests/models/registry.py feeds the architecture table)")
+    with urllib.request.urlopen(f"{INDEX}/vllm/", timeout=60) as r:
+        page = r.read().decode()
+    match = re.search(r'href="([^"]*/' + re.escape(SDIST) + r')(#sha256=[0-9a-f]+)?"', page)
+    if match is None:
+        raise RuntimeError(f"{INDEX}/vllm/ lists no {SDIST}")
+    url = match.group(1) if "://" in match.group(1) else urllib.parse.urljoin(f"{INDEX}/vllm/", match.group(1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as out:
+        shutil.copyfileobj(r, out)
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        tmp.unlink()
+        raise RuntimeError(f"{url}: sha256 {digest}, not PyPI's {SDIST_SHA256}")
+    tmp.rename(path)
+    log(f"[vllm]   done in {_fmt_time(time.monotonic() - started)}")
+    return path
+
+
 def find(*, install_missing: bool = False, log: Callable[[str], None] | None = None) -> Runtime:
     """The runtime in the cache; installs it first with ``install_missing`` (raises when it cannot)."""
     if sys.platform != "linux" or os.uname().machine != "x86_64":
@@ -362,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     rt = install(root, force=a.force)
     if a.freeze:
         freeze(rt)
+    fetch_sdist()
     print(rt.root)
     return 0
 
