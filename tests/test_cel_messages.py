@@ -72,7 +72,7 @@ def test_python_says_what_the_api_server_says(message: str) -> None:
 
 
 def test_embedding_space_rule_in_python() -> None:
-    from pooling_operator.reconcile import _embedding_space_problems
+    from pooling_operator.reconcile.services import _embedding_space_problems
     from pooling_operator.status.services import embedding_fingerprint
 
     before = validate(pooling({"embeddingSpace": "v1"})).resource

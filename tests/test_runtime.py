@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from pooling_operator.k8s.cache import Cache, index_key, owner_key, project, replica_managers
-from pooling_operator.reconcile import Context
+from pooling_operator.reconcile import Context, Reconciles
 from pooling_operator.runtime.core import POLICIES_KEY, Runtime
 from pooling_operator.runtime.queue import WorkQueue
 from tests.factories import policy, pooling
@@ -284,17 +284,18 @@ def test_10000_create_delete_cycles_leave_no_per_object_state_and_flat_memory() 
             world.delete(body)
         assert all(v == 0 for v in world.runtime.state_sizes().values()), str(world.runtime.state_sizes())
 
-        import pooling_operator.runtime.core as core
+        runtime = world.runtime
 
-        async def stand_in(ctx: Context, body: dict[str, Any], policies: Any) -> dict[str, Any]:
-            uid = body["metadata"]["uid"]
-            ctx.failures[uid] = 1
-            ctx.warned.add((uid, "CRDMissing"))
-            ctx.cache.wrote({**body, "kind": "Deployment"}, parent=uid)
-            return {"conditions": [{"type": "Ready", "status": "True"}]}
+        class StandIn(Reconciles):
+            async def reconcile(self, body: dict[str, Any]) -> dict[str, Any]:
+                uid = body["metadata"]["uid"]
+                runtime._failures[uid] = 1
+                self.memory.warned.add((uid, "CRDMissing"))
+                self.memory.built[uid] = None  # type: ignore[assignment]
+                self.ctx.cache.wrote({**body, "kind": "Deployment"}, parent=uid)
+                return {"conditions": [{"type": "Ready", "status": "True"}]}
 
-        real = core.reconcile_service
-        core.reconcile_service = stand_in  # type: ignore[assignment]
+        real, runtime.reconciles = runtime.reconciles, StandIn(world.ctx)
         try:
             gc.collect()
             tracemalloc.start()
@@ -308,7 +309,7 @@ def test_10000_create_delete_cycles_leave_no_per_object_state_and_flat_memory() 
                     sizes.append(tracemalloc.get_traced_memory()[0])
             tracemalloc.stop()
         finally:
-            core.reconcile_service = real  # type: ignore[assignment]
+            runtime.reconciles = real
         assert all(v == 0 for v in world.runtime.state_sizes().values()), str(world.runtime.state_sizes())
         await world.runtime.stop()
         return sizes[0], sizes[1]
@@ -357,19 +358,20 @@ def test_a_namespace_label_change_queues_its_resources_only() -> None:
 def test_status_waits_a_moment_for_the_deployment_controller_to_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A foreign annotation bumps a Deployment's generation; until its controller has looked, the status is
     not rewritten (no Ready flap), but only for CATCH_UP_SECONDS."""
-    import pooling_operator.reconcile as r
+    import pooling_operator.reconcile.services as r
+    from pooling_operator.reconcile.state import Memory
 
-    ctx = Context(kube=FakeKube())  # type: ignore[arg-type]
+    memory = Memory()
     old = {"conditions": [{"type": "Ready", "status": "True"}]}
     lagging = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}
     now = [100.0]
     monkeypatch.setattr(r.time, "monotonic", lambda: now[0])
-    assert r._controller_catching_up(ctx, "u", lagging, old)
+    assert r.controller_catching_up(memory, "u", lagging, old)
     now[0] += r.CATCH_UP_SECONDS + 1
-    assert not r._controller_catching_up(ctx, "u", lagging, old)  # past the grace: the status says so
-    assert not r._controller_catching_up(ctx, "u", {"metadata": {"generation": 3}, "status": {"observedGeneration": 3}}, old)
-    assert "u" not in ctx.catching_up
-    assert not r._controller_catching_up(ctx, "v", lagging, {})  # a first status is written at once
+    assert not r.controller_catching_up(memory, "u", lagging, old)  # past the grace: the status says so
+    assert not r.controller_catching_up(memory, "u", {"metadata": {"generation": 3}, "status": {"observedGeneration": 3}}, old)
+    assert "u" not in memory.catching_up
+    assert not r.controller_catching_up(memory, "v", lagging, {})  # a first status is written at once
 
 
 def test_a_new_resource_goes_ahead_of_re_reconciles() -> None:

@@ -15,10 +15,9 @@ from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
-from pooling_operator.builders import BuildContext, build
+from pooling_operator.builders import BuildContext, plan
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
-from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
@@ -74,30 +73,20 @@ def cmd_render(args: argparse.Namespace) -> int:
         resource = result.resource
         if resource is None or isinstance(resource, AutoscalingPolicy):
             continue
-        version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
-        c = contract(version)  # type: ignore[arg-type]
+        assert result.contract is not None  # a valid resource has a supported version
         ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies))
+        p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:
-            namespace = resource.metadata.namespace or "default"
-            command = next(
-                o for o in build(resource, c, ctx) if o["kind"] in ("Deployment", "Job")
-            )
-            lines.append(f"{resource.kind}/{namespace}/{resource.metadata.name}:")
-            lines.append(shlex.join(_vllm_container_argv(command)))
+            lines.append(f"{resource.kind}/{resource.metadata.namespace or 'default'}/{resource.metadata.name}:")
+            lines.append(shlex.join(p.argv))
         else:
-            objects += build(resource, c, ctx)
+            objects += p.objects
     if args.vllm_args:
         if lines:
             print("\n".join(lines))
     elif objects:
         sys.stdout.write(dump_all(objects))
     return status
-
-
-def _vllm_container_argv(workload: dict[str, Any]) -> list[str]:
-    pod = workload["spec"]["template"]["spec"]
-    container = next(c for c in [*pod.get("initContainers", []), *pod["containers"]] if c["name"] == "vllm")
-    return [*container["command"], *container["args"]]
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -148,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port, addr=args.bind)
     identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"
     kube = Kube()
-    ctx = Context(kube=kube, cache=Cache(), settings=_settings(args), operator_image=args.operator_image, namespaces=list(args.namespace or []), identity=identity)
+    ctx = Context(kube=kube, cache=Cache(), settings=_settings(args), operator_image=args.operator_image)
     leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
-    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership), webhook=None)
+    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership, namespaces=list(args.namespace or [])), webhook=None)
     if args.webhook_port:
         cert_dir = Path(args.webhook_cert_dir)
         memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port,

@@ -150,13 +150,17 @@ class Autoscaler:
         if namespace not in self._tasks or self._tasks[namespace].done():
             self._tasks[namespace] = asyncio.get_running_loop().create_task(self._run(namespace), name=f"autoscaler/{namespace}")
 
-    def untrack(self, uid: str) -> Tracked | None:
+    def untrack(self, uid: str) -> None:
         """Forget a service (deleted, or no longer autoscaled by us); its state goes with it."""
-        return self.services.pop(uid, None)
+        self.services.pop(uid, None)
 
-    async def stopped_autoscaling(self, body: dict[str, Any]) -> None:
+    async def stop(self, body: dict[str, Any]) -> None:
         """The service exists but the operator no longer scales it: drop its state and its status block."""
         self.untrack(body["metadata"]["uid"])
+        await clear_status(self.kube, body)
+
+    async def clear_status(self, body: dict[str, Any]) -> None:
+        """Another backend scales the service (it still counts towards the GPU budget): remove our status block."""
         await clear_status(self.kube, body)
 
     async def close(self) -> None:

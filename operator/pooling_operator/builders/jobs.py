@@ -22,9 +22,9 @@ from pooling_operator.builders.common import (
     vllm_env,
     vllm_volumes,
 )
-from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, OUTPUT_MOUNT, output_dir, vllm_command
+from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, OUTPUT_MOUNT, output_dir
 from pooling_operator.vllm.contract import Contract
-from pooling_operator.vllm.workload import Workload, workload
+from pooling_operator.vllm.workload import Workload
 
 INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
 
@@ -68,9 +68,8 @@ def driver_args(resource: HiddenStateJob, w: Workload) -> list[str]:
     return args
 
 
-def job(resource: HiddenStateJob, w: Workload, c: Contract, ctx: BuildContext) -> dict[str, Any]:
+def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
     spec = resource.spec
-    argv = vllm_command(resource, c, w=w)
     volumes, mounts = vllm_volumes(w)
     volumes += [
         {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
@@ -143,9 +142,9 @@ def job(resource: HiddenStateJob, w: Workload, c: Contract, ctx: BuildContext) -
     }
 
 
-def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
-    """Every child of a HiddenStateJob, each a function of the resource and its one workload view."""
-    w = workload(resource)
+def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
+    """Every child of a HiddenStateJob, each a function of the resource, its one workload view and its vLLM
+    command line (builders.plan resolves both once)."""
     uid = resource.metadata.uid
     cm = progress_configmap_name(w.name)
     return [
@@ -165,5 +164,5 @@ def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext) -> list[
             "subjects": [{"kind": "ServiceAccount", "name": w.name, **({"namespace": w.namespace} if w.namespace else {})}],
         },
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(w, cm, uid)},
-        job(resource, w, c, ctx),
+        job(resource, w, argv, ctx),
     ]

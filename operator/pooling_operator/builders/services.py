@@ -25,7 +25,6 @@ from pooling_operator.builders.common import (
     vllm_env,
     vllm_volumes,
 )
-from pooling_operator.vllm.args import vllm_command
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import relabelings, service_queries
 from pooling_operator.vllm.workload import Workload, workload
@@ -42,11 +41,10 @@ TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
 DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
-def deployment(resource: Service, w: Workload, c: Contract) -> dict[str, Any]:
+def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any]:
     spec = resource.spec
     port = spec.service.port
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
-    argv = vllm_command(resource, c, port=port, w=w)
     volumes, mounts = vllm_volumes(w)
     container = {
         "name": "vllm",
@@ -218,11 +216,11 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
-def build_service(resource: Service, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
-    """Every child of a service, each a function of the resource and its one workload view."""
+def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
+    """Every child of a service, each a function of the resource, its one workload view and its vLLM command
+    line (builders.plan resolves both once)."""
     spec = resource.spec
-    w = workload(resource)
-    objects = [deployment(resource, w, c), service(resource, w), pod_disruption_budget(resource, w)]
+    objects = [deployment(resource, w, argv), service(resource, w), pod_disruption_budget(resource, w)]
     if spec.monitoring.service_monitor:
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:

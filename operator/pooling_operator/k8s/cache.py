@@ -21,7 +21,6 @@ from typing import Any
 
 from pooling_operator.api.identity import COMPONENT_KINDS
 from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS
-from pooling_operator.api.policy import AutoscalingPolicySpec
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService or HiddenStateJob
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
@@ -119,7 +118,6 @@ class Cache:
     clock: Callable[[], float] = time.monotonic
     _written: dict[WrittenKey, _Written] = field(default_factory=dict)
     _by_parent: dict[str, set[WrittenKey]] = field(default_factory=dict)
-    _parsed: tuple[tuple[tuple[str, str], ...], dict[str, AutoscalingPolicySpec]] = ((), {})
 
     # ---- reads ----
 
@@ -132,20 +130,6 @@ class Cache:
     def policy_bodies(self) -> list[dict[str, Any]]:
         found = (self._fresher(owner_key(b), b) for store in self.policy_index.values() for b in store)
         return [b for b in found if b is not None]
-
-    def policies(self) -> dict[str, AutoscalingPolicySpec]:
-        """The policies whose spec parses, by name; parsed once per resourceVersion."""
-        bodies = self.policy_bodies()
-        version = tuple(sorted((b["metadata"]["name"], str(b["metadata"].get("resourceVersion"))) for b in bodies))
-        if version != self._parsed[0]:
-            parsed: dict[str, AutoscalingPolicySpec] = {}
-            for body in bodies:
-                try:
-                    parsed[body["metadata"]["name"]] = AutoscalingPolicySpec.model_validate(body.get("spec") or {})
-                except ValueError:
-                    continue  # its own status says why (reconcile_policies)
-            self._parsed = (version, parsed)
-        return self._parsed[1]
 
     def owner(self, key: OwnerKey) -> dict[str, Any] | None:
         found = next(iter(self.owners.get(key) or ()), None)

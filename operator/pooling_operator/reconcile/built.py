@@ -1,5 +1,6 @@
-"""A resource's spec validated and built once, kept until its spec, labels, annotations or policies change:
-a reconcile of an unchanged resource serialises nothing."""
+"""A resource's spec validated and planned once, kept until its spec, labels, annotations or policies change:
+a reconcile of an unchanged resource serialises nothing, and nothing downstream resolves again what the plan
+holds (the contract, the workload view, the vLLM command line)."""
 
 from __future__ import annotations
 
@@ -10,62 +11,72 @@ from typing import Any
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders import BuildContext, build
+from pooling_operator.builders import BuildContext, Plan, plan
 from pooling_operator.builders.diff import with_hash
-from pooling_operator.vllm.contract import contract, resolve_version
+from pooling_operator.reconcile.policies import PolicySet
+from pooling_operator.reconcile.state import Memory
+from pooling_operator.status import conditions as C
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 
 
 @dataclass(frozen=True)
 class Built:
-    """A resource's spec validated and built, for the inputs in `key`, `policies` and `labels`."""
+    """A resource's spec validated and planned, for the inputs in `key`, `policies` and `labels`."""
 
     key: tuple[Any, ...]
-    policies: dict[str, AutoscalingPolicySpec]
+    policies: PolicySet
     labels: dict[str, str] | None
     resource: PoolingService | ScoringService | HiddenStateJob | None
     problems: list[Problem]  # the spec's own
     policy: AutoscalingPolicySpec | None = None
     policy_problems: list[Problem] = field(default_factory=list)
-    desired: list[dict[str, Any]] = field(default_factory=list)  # with their applied-hash annotation
-    argv: list[str] = field(default_factory=list)  # the serving container's command line
+    policy_reason: str = C.POLICY_NOT_ALLOWED
+    plan: Plan | None = None
+    desired: list[dict[str, Any]] = field(default_factory=list)  # the plan's objects with their applied-hash annotation
 
-    def fits(self, key: tuple[Any, ...], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None) -> bool:
-        return self.key == key and self.policies == policies and self.labels == labels
+    def fits(self, key: tuple[Any, ...], policies: PolicySet, labels: dict[str, str] | None) -> bool:
+        return self.key == key and self.policies.version == policies.version and self.labels == labels
 
 
-def _built(
-    memo: dict[str, Built], settings: Settings, operator_image: str | None,
-    body: dict[str, Any], policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None,
+def built(
+    memory: Memory, settings: Settings, operator_image: str | None,
+    body: dict[str, Any], policies: PolicySet, labels: dict[str, str] | None,
 ) -> Built:
-    """Validate and build once per spec (generation), labels, annotations, policies and namespace labels;
-    `memo` holds the last result per uid."""
+    """Validate and plan once per spec (generation), labels, annotations, policies and namespace labels;
+    `memory` holds the last result per uid."""
     meta = body["metadata"]
     key = (meta.get("generation"), meta.get("resourceVersion") if not meta.get("generation") else None,
            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
-    known = memo.get(meta["uid"])
+    known = memory.built.get(meta["uid"])
     if known is not None and known.fits(key, policies, labels):
         return known
-    result = validate({k: v for k, v in body.items() if k != "status"}, settings, dict(policies), labels)
+    # A service naming a policy that breaks its own rules is judged without policies (the policy is no guide),
+    # then refused for the policy (PolicyInvalid) rather than told it "does not exist".
+    raw = (body.get("spec") or {}).get("autoscaling") if isinstance(body.get("spec"), dict) else None
+    ref = raw.get("policyRef") if isinstance(raw, dict) else None
+    names_invalid = isinstance(ref, dict) and ref.get("name") in policies.invalid
+    result = validate({k: v for k, v in body.items() if k != "status"}, settings,
+                      None if names_invalid else dict(policies.valid), labels)
     resource = result.resource
-    built = Built(key, dict(policies), labels, resource, result.errors)
+    out = Built(key, policies, labels, resource, result.errors)  # type: ignore[arg-type]
     if not result.errors and resource is not None:
+        assert isinstance(resource, PoolingService | ScoringService | HiddenStateJob) and result.contract is not None
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
+        reason = C.POLICY_NOT_ALLOWED
         if isinstance(resource, PoolingService | ScoringService):
-            policy, policy_problems = _policy(resource, policies, labels)
-        version, _ = resolve_version(resource.spec.engine.version, resource.spec.engine.image)
-        build_ctx = BuildContext(policy=policy, **({"operator_image": operator_image} if operator_image else {}))
-        desired = [with_hash(o) for o in build(resource, contract(version), build_ctx)] if not policy_problems else []  # type: ignore[arg-type]
-        argv: list[str] = []
-        workload = next((o for o in desired if o["kind"] == "Deployment"), None)
-        if workload is not None:
-            container = workload["spec"]["template"]["spec"]["containers"][0]
-            argv = [*container["command"], *container["args"]]
-        built = Built(key, dict(policies), labels, resource, [], policy, policy_problems, desired, argv)
-    memo[meta["uid"]] = built
-    return built
+            broken = policies.broken_for(resource.spec.autoscaling, resource.metadata.namespace, labels)
+            if broken is not None:
+                policy_problems, reason = [broken], C.POLICY_INVALID
+            else:
+                policy, policy_problems = _policy(resource, policies.valid, labels)
+        ctx = BuildContext(policy=policy, **({"operator_image": operator_image} if operator_image else {}))
+        p = plan(resource, result.contract, ctx, result.workload) if not policy_problems else None
+        desired = [with_hash(o) for o in p.objects] if p is not None else []
+        out = Built(key, policies, labels, resource, [], policy, policy_problems, reason, p, desired)
+    memory.built[meta["uid"]] = out
+    return out
 
 
 def _policy(
@@ -85,5 +96,3 @@ def _policy(
             "(its namespaceSelector); name a policy that selects this namespace, or none to use the default",
         )]
     return policy_for(a, policies, labels), []
-
-

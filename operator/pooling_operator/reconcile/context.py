@@ -1,4 +1,5 @@
-"""What every reconcile shares: the Context (API, cache, settings, per-object state), its errors and metrics."""
+"""What every reconcile shares: the Context (its dependencies and nothing else), the event poster, the small
+protocol through which it reaches the autoscaler, its errors and metrics."""
 
 from __future__ import annotations
 
@@ -6,18 +7,16 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
+from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
-from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import ApiError, Kube
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.vllm.rules import Settings
-
-if TYPE_CHECKING:
-    from pooling_operator.reconcile.built import Built
 
 log = logging.getLogger(__name__)
 
@@ -27,56 +26,67 @@ DURATION = Histogram(
     "vllm_pooling_operator_reconcile_duration_seconds", "Time of one reconcile.", ["kind"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-CATCH_UP_SECONDS = 10.0
-SERVICE_CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject", "NetworkPolicy")
-JOB_CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
+EVENTS_IN_FLIGHT = 16  # events posted at once; more wait their turn
+
+
+class Tracker(Protocol):
+    """What the reconcile asks of the autoscaler (autoscaling/loop.py's Autoscaler is one)."""
+
+    def track(self, resource: PoolingService | ScoringService, policy: AutoscalingPolicySpec | None) -> None:
+        """The service autoscales (or counts towards its namespace's GPU budget): follow it."""
+
+    async def stop(self, body: dict[str, Any]) -> None:
+        """The service no longer autoscales with the operator: forget it and remove its autoscaling status."""
+
+    async def clear_status(self, body: dict[str, Any]) -> None:
+        """Keep following the service (another backend scales it) but remove the autoscaler's status."""
+
+    def untrack(self, uid: str) -> None:
+        """The service is gone: drop what is known of it."""
+
+
+class Events:
+    """Posts events without holding a reconcile up: events are best effort (kube.event logs failures), and a
+    reconcile that waits for each one takes twice as long to create the next child."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(EVENTS_IN_FLIGHT)
+
+    def post(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._post(owner, type_, reason, message))
+        self._tasks.add(task)  # a reference, so it is not garbage-collected mid-flight
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        async with self._slots:
+            await self.kube.event(owner, type_, reason, message)
+
+    async def drain(self) -> None:
+        """Wait for the events in flight."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 @dataclass
 class Context:
-    """What a reconcile needs besides the object: the API, operator settings and the known policies."""
+    """The dependencies of a reconcile: the API, the watch-fed cache, the operator's settings and images, the
+    event poster and the autoscaler (a Tracker; None where nothing autoscales, as in `render`). State about one
+    object lives with the component that writes it (reconcile/state.py, the runtime, the cache)."""
 
     kube: Kube
     cache: Cache = field(default_factory=Cache)
     settings: Settings = field(default_factory=Settings)
     operator_image: str | None = None
-    namespaces: list[str] = field(default_factory=list)
-    identity: str = ""
-    failures: dict[str, int] = field(default_factory=dict)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
-    memo: dict[str, Built] = field(default_factory=dict)  # uid -> what its spec validated and built to
-    catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
-    verified: dict[str, dict[tuple[str, str], tuple[str, str]]] = field(default_factory=dict)  # uid -> child -> (rv, hash) found equal
-    autoscaler: Autoscaler | None = None
-    _events: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    tracker: Tracker | None = None
+    events: Events = field(init=False)
 
-    def forget(self, uid: str) -> None:
-        """Drop the per-object state of a resource that is gone."""
-        self.memo.pop(uid, None)
-        self.catching_up.pop(uid, None)
-        self.verified.pop(uid, None)
-        self.warned = {w for w in self.warned if w[0] != uid}
-
-    def background(self, coro: Any) -> None:
-        """Run a coroutine on the loop, keeping a reference so it is not garbage-collected mid-flight."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    def __post_init__(self) -> None:
+        self.events = Events(self.kube)
 
     def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Post an event without holding the reconcile up: events are best effort (kube.event logs failures),
-        and a reconcile that waits for each one takes twice as long to create the next child."""
-        self.background(self._event(owner, type_, reason, message))
-
-    async def _event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        async with self._events:
-            await self.kube.event(owner, type_, reason, message)
-
-    async def drain(self) -> None:
-        """Wait for background work (events) in flight."""
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        self.events.post(owner, type_, reason, message)
 
 
 class InvalidSpec(Exception):
@@ -102,5 +112,4 @@ def now() -> str:
 def _ref(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
-
 

@@ -1,5 +1,5 @@
 """The writes of a reconcile: children applied together (a Job last), what is no longer desired deleted, a
-refused child turned into a condition, and status written only when it changed."""
+child the API server refuses raised as ChildRefused, and status written only when it changed."""
 
 from __future__ import annotations
 
@@ -15,33 +15,20 @@ from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
 from pooling_operator.k8s.cache import replica_managers
-from pooling_operator.reconcile.context import WRITES, Context, InvalidSpec, _ref, now
+from pooling_operator.reconcile.context import WRITES, Context, _ref, now
+from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions
 from pooling_operator.status import conditions as C
-from pooling_operator.status.services import (
-    invalid_status,
-)
 
 log = logging.getLogger(__name__)
 
-async def _converge_or_refuse(
-    ctx: Context, body: dict[str, Any], old_status: dict[str, Any], desired: list[dict[str, Any]],
-    observed: dict[tuple[str, str], dict[str, Any]],
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """_converge, turning the API server's refusal of a child (a bad toleration, affinity or env source the
-    user wrote in a free-form field) into SpecValid=False and an event instead of an endless retry."""
-    try:
-        return await _converge(ctx, body, desired, observed)
-    except ApiError as exc:
-        if exc.status not in (400, 422, 500) or isinstance(exc, TransientApiError):  # a lasting 500: see k8s.api.classify
-            raise
-        message = _server_message(exc)
-        problems = [Problem("spec", f"the API server refused a child object: {message}")]
-        status = invalid_status(body["metadata"].get("generation"), problems, C.CHILD_REJECTED)
-        if old_status.get("embeddingSpace"):
-            status["embeddingSpace"] = old_status["embeddingSpace"]
-        await _write_status(ctx, body, old_status, status)
-        raise InvalidSpec(problems) from exc
+class ChildRefused(Exception):
+    """The API server refused a child built from the spec (a bad toleration, affinity or env source the user
+    wrote in a free-form field): a user's mistake to report (ChildRejected), not to retry."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
 
 
 def _server_message(exc: ApiError) -> str:
@@ -51,24 +38,37 @@ def _server_message(exc: ApiError) -> str:
         return exc.body[:500]
 
 
-async def _converge(
-    ctx: Context, body: dict[str, Any], desired: list[dict[str, Any]], observed: dict[tuple[str, str], dict[str, Any]]
+async def converge(
+    ctx: Context, memory: Memory, body: dict[str, Any], desired: list[dict[str, Any]],
+    observed: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Apply what differs (`desired` carries the applied-hash annotation), delete what is no longer desired;
     returns the children as they are now. Every write is remembered by the cache until the watch shows it.
 
     The applies of one resource go out together (a Deployment does not wait for its Service), but a Job goes
     last: its pods need the ServiceAccount and Role that come with it. The first refusal is raised once every
-    apply has been answered."""
+    apply has been answered: ChildRefused when the API server refused a child for what the spec says."""
+    try:
+        return await _converge(ctx, memory, body, desired, observed)
+    except ApiError as exc:
+        if exc.status not in (400, 422, 500) or isinstance(exc, TransientApiError):  # a lasting 500: see k8s.api.classify
+            raise
+        raise ChildRefused([Problem("spec", f"the API server refused a child object: {_server_message(exc)}")]) from exc
+
+
+async def _converge(
+    ctx: Context, memory: Memory, body: dict[str, Any], desired: list[dict[str, Any]],
+    observed: dict[tuple[str, str], dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, Any]]:
     uid = body["metadata"]["uid"]
     current = dict(observed)
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-    todo = [o for o in desired if _differs(ctx, uid, o, observed.get((o["kind"], o["metadata"]["name"])))
+    todo = [o for o in desired if _differs(memory, uid, o, observed.get((o["kind"], o["metadata"]["name"])))
             and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
     done: dict[str, list[str]] = {"Created": [], "Updated": []}
     try:
         for wave in ([o for o in todo if o["kind"] != "Job"], [o for o in todo if o["kind"] == "Job"]):
-            results = await asyncio.gather(*(_apply_child(ctx, body, o, observed) for o in wave), return_exceptions=True)
+            results = await asyncio.gather(*(_apply_child(ctx, memory, body, o, observed) for o in wave), return_exceptions=True)
             refused = [r for r in results if isinstance(r, BaseException)]
             for obj, result in zip(wave, results, strict=True):
                 if isinstance(result, dict):
@@ -93,24 +93,24 @@ async def _converge(
     return current
 
 
-def _differs(ctx: Context, uid: str, obj: dict[str, Any], have: dict[str, Any] | None) -> bool:
+def _differs(memory: Memory, uid: str, obj: dict[str, Any], have: dict[str, Any] | None) -> bool:
     """needs_apply, remembered: a child found equal at a resourceVersion stays equal until it or what we want
     of it (its applied-hash) changes, so a reconcile after a pod event compares nothing again."""
     if have is None:
         return True
     key = (obj["kind"], obj["metadata"]["name"])
     mark = (str(have["metadata"].get("resourceVersion")), obj["metadata"]["annotations"].get(HASH_ANNOTATION, ""))
-    seen = ctx.verified.get(uid)
+    seen = memory.verified.get(uid)
     if seen is not None and seen.get(key) == mark:
         return False
     if needs_apply(obj, have):
         return True
-    ctx.verified.setdefault(uid, {})[key] = mark
+    memory.verified.setdefault(uid, {})[key] = mark
     return False
 
 
 async def _apply_child(
-    ctx: Context, body: dict[str, Any], obj: dict[str, Any], observed: dict[tuple[str, str], dict[str, Any]]
+    ctx: Context, memory: Memory, body: dict[str, Any], obj: dict[str, Any], observed: dict[tuple[str, str], dict[str, Any]]
 ) -> dict[str, Any] | None:
     """One child applied; None when its CRD is not installed (told once per resource)."""
     uid = body["metadata"]["uid"]
@@ -121,8 +121,8 @@ async def _apply_child(
         result = await ctx.kube.apply(obj)
     except ApiError as exc:
         if exc.status == 404 and obj["kind"] in OPTIONAL_KINDS:
-            if (uid, obj["kind"]) not in ctx.warned:
-                ctx.warned.add((uid, obj["kind"]))
+            if (uid, obj["kind"]) not in memory.warned:
+                memory.warned.add((uid, obj["kind"]))
                 ctx.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
             return None
         raise
@@ -153,7 +153,7 @@ async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: d
     log.info("Handed the replicas of Deployment %s/%s to the autoscaler", meta["namespace"], meta["name"])
 
 
-async def _write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
     """Write status only when what the reconcile owns changed (the autoscaler's block and conditions belong to
     another field manager and are left out of the comparison and the apply); conditions keep their
     transition time unless they flipped."""

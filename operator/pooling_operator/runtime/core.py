@@ -28,7 +28,7 @@ from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
-from pooling_operator.reconcile import Context, Gone, InvalidSpec, reconcile_policies, reconcile_service
+from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
@@ -55,17 +55,24 @@ STARTED = time.monotonic()
 class Runtime:
     """Owns the loops of one operator replica. `leadership` None means standalone: always acting."""
 
-    def __init__(self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS) -> None:
+    def __init__(
+        self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS, namespaces: list[str] | None = None,
+        reconciles: Reconciles | None = None,
+    ) -> None:
         self.ctx = ctx
         self.leadership = leadership
+        self.reconciles = reconciles or Reconciles(ctx)
+        self.autoscaler: Autoscaler | None = None
         self.queue: WorkQueue[OwnerKey] = WorkQueue()
         self.workers = workers
         self.synced = False
         self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since (the gauge counts them)
+        self._failures: dict[str, int] = {}  # uid -> failed reconciles in a row (the backoff)
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
+        self._passes: set[asyncio.Task[Any]] = set()  # full passes and re-list sweeps in flight
         # kopf's indexes keep what a re-list no longer shows (runtime/relist.py); the kopf layer sets how to drop it
-        self.relists = Relists(ctx.kube, ctx.namespaces, self._indexed, self._vanished)
+        self.relists = Relists(ctx.kube, list(namespaces or []), self._indexed, self._vanished)
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
         self.drop_indexed: Any = lambda body: None
 
@@ -78,27 +85,34 @@ class Runtime:
 
     async def start(self) -> None:
         ctx = self.ctx
-        ctx.autoscaler = Autoscaler(
+        self.autoscaler = Autoscaler(
             ctx.kube, ctx.cache, leading=self._leading, period=AUTOSCALE_SECONDS,
             default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
         )
+        ctx.tracker = self.autoscaler
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers), name="workers"))
         if self.leadership is not None:
-            self._tasks.append(loop.create_task(self.leadership.run(self._acquired, ctx.background), name="lease"))
+            self._tasks.append(loop.create_task(self.leadership.run(self._acquired, self._background), name="lease"))
         else:
             LEADER.set(1)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._passes]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.ctx.autoscaler is not None:
-            await self.ctx.autoscaler.close()  # no decision in flight once the Lease is handed over
-        await self.ctx.drain()  # events in flight
+        await asyncio.gather(*self._tasks, *self._passes, return_exceptions=True)
+        if self.autoscaler is not None:
+            await self.autoscaler.close()  # no decision in flight once the Lease is handed over
+        await self.ctx.events.drain()  # events in flight
         if self.leadership is not None:
             await self.leadership.release()
         await self.ctx.kube.close()
+
+    def _background(self, coro: Any) -> None:
+        """Run a pass on the loop, keeping a reference so it is not garbage-collected mid-flight."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
 
     async def _acquired(self) -> None:
         if self.synced:
@@ -112,7 +126,7 @@ class Runtime:
             return
         self.synced = True
         log.info("Caches filled: %d resources known", len(self.ctx.cache.owner_keys()))
-        self.ctx.background(self._first_pass())
+        self._background(self._first_pass())
 
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
         """A PoolingService, ScoringService or HiddenStateJob was listed, changed or went away."""
@@ -122,7 +136,7 @@ class Runtime:
             self.forget(key, body["metadata"].get("uid") or "")
         else:
             self._settled.discard(key)
-            self._add(key, first=body["metadata"].get("uid") not in self.ctx.memo)  # new: ahead of the re-reconciles
+            self._add(key, first=not self.reconciles.knows(body["metadata"].get("uid") or ""))  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
             self._recount_policies()
 
@@ -138,7 +152,7 @@ class Runtime:
         """A policy appeared, changed or went away: every service may follow another one now. A policy only
         listed (kopf's initial listing) changes nothing the first full pass does not already cover."""
         if self.synced and not listed:
-            self.ctx.background(self.full_pass("policy"))
+            self._background(self.full_pass("policy"))
 
     def on_namespace(self, name: str, labels: dict[str, str], deleted: bool) -> None:
         """A namespace's labels decide which policies select it: when they change, its resources are queued."""
@@ -157,7 +171,7 @@ class Runtime:
     def on_listed(self, kind: str) -> None:
         """kopf handed over a listed object (event type None). After the first full pass that is a re-list (a
         watch that came back 410 Gone): the kind is checked for objects deleted meanwhile (`runtime/relist.py`)."""
-        self.relists.listed(kind, self.ctx.background)
+        self.relists.listed(kind, self._background)
 
     def _indexed(self, kind: str) -> list[dict[str, Any]]:
         cache = self.ctx.cache
@@ -191,24 +205,21 @@ class Runtime:
 
     def forget(self, key: OwnerKey, uid: str) -> None:
         """Drop every piece of per-object state of a deleted resource, so memory stays flat under churn."""
-        ctx = self.ctx
         self._settled.discard(key)
         self.queue.discard(key)
-        ctx.failures.pop(uid, None)
-        ctx.forget(uid)
-        ctx.cache.forget(uid)
-        if ctx.autoscaler is not None:
-            ctx.autoscaler.untrack(uid)
+        self._failures.pop(uid, None)
+        self.reconciles.forget(uid)
+        self.ctx.cache.forget(uid)
+        if self.autoscaler is not None:
+            self.autoscaler.untrack(uid)
 
     def state_sizes(self) -> dict[str, int]:
-        """How much per-object state is held (the churn test reads it)."""
-        ctx = self.ctx
+        """How much per-object state is held, by every owner of some (the churn test reads it)."""
         return {
-            "settled": len(self._settled), "failures": len(ctx.failures),
-            "warned": len(ctx.warned), "memo": len(ctx.memo), "catching_up": len(ctx.catching_up), "verified": len(ctx.verified), "written": ctx.cache.remembered(),
-            "queued": len(self.queue),
+            "settled": len(self._settled), "failures": len(self._failures), **self.reconciles.memory.sizes(),
+            "written": self.ctx.cache.remembered(), "queued": len(self.queue),
             "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY),
-            "tracked": len(ctx.autoscaler.services) if ctx.autoscaler is not None else 0,
+            "tracked": len(self.autoscaler.services) if self.autoscaler is not None else 0,
         }
 
     # ---- the worker --------------------------------------------------------------------------------------
@@ -229,7 +240,7 @@ class Runtime:
             self.queue.add_after(key, hold)
             return
         try:
-            status = await reconcile_service(self.ctx, body, self.ctx.cache.policies())
+            status = await self.reconciles.reconcile(body)
         except InvalidSpec as exc:
             log.info("Refused %s %s/%s: %s", key[0], key[1], key[2], exc)
             self._settle(key)  # nothing to retry until the spec changes
@@ -254,7 +265,7 @@ class Runtime:
             if self.breaker.open:
                 log.info("The API server answers again; reconciles resume")
             self.breaker.succeeded()
-            self.ctx.failures.pop(uid, None)
+            self._failures.pop(uid, None)
             if settled(status):
                 self._settle(key)
             else:
@@ -269,14 +280,13 @@ class Runtime:
         SETTLED.set(len(self._settled))
 
     def _backoff(self, uid: str) -> float:
-        attempt = self.ctx.failures.get(uid, 0)
-        self.ctx.failures[uid] = attempt + 1
+        attempt = self._failures.get(uid, 0)
+        self._failures[uid] = attempt + 1
         return float(min(60, 2**attempt))
 
     async def _policies(self) -> None:
         cache = self.ctx.cache
-        services = [b for b in (cache.owner(k) for k in cache.owner_keys()) if b is not None]
-        await reconcile_policies(self.ctx, cache.policy_bodies(), services)
+        await self.reconciles.reconcile_policies([b for b in (cache.owner(k) for k in cache.owner_keys()) if b is not None])
 
     # ---- passes ------------------------------------------------------------------------------------------
 

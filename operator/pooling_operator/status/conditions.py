@@ -45,6 +45,7 @@ INVALID_SPEC = "InvalidSpec"  # False: a rule is broken; the message names the f
 EMBEDDING_SPACE_CHANGED = "EmbeddingSpaceChanged"  # False: vector-space fields changed without a new label
 CHILD_REJECTED = "ChildRejected"  # False: the API server refused a child built from the spec
 POLICY_NOT_ALLOWED = "PolicyNotAllowed"  # False: the named AutoscalingPolicy does not select the namespace
+POLICY_INVALID = "PolicyInvalid"  # False: the AutoscalingPolicy it would follow breaks its own rules (named)
 # Progressing
 CREATING = "Creating"  # True: the Deployment or Job is being created
 ROLLING_OUT = "RollingOut"  # True: replicas are being updated, added or removed

@@ -16,7 +16,7 @@ from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
-from pooling_operator.vllm.workload import MODE_ROUTES, workload
+from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
 
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 
@@ -36,8 +36,8 @@ def embedding_fingerprint(resource: PoolingService) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def routes(resource: PoolingService | ScoringService, c: Contract) -> list[str]:
-    w = workload(resource)
+def routes(resource: PoolingService | ScoringService, c: Contract, w: Workload | None = None) -> list[str]:
+    w = w or workload(resource)
     if w.runner == "generate":
         return c.routes(None, score=False, generate=True)
     hints = w.model.hints
@@ -48,8 +48,8 @@ def routes(resource: PoolingService | ScoringService, c: Contract) -> list[str]:
     return c.routes(w.task, score=score)
 
 
-def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str]) -> dict[str, Any]:
-    w = workload(resource)
+def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str], w: Workload | None = None) -> dict[str, Any]:
+    w = w or workload(resource)
     out: dict[str, Any] = {"vllmVersion": c.version, "runner": w.runner}
     if w.runner == "pooling":
         config = pooler_config(w)
@@ -91,11 +91,13 @@ def service_status(
     argv: list[str],
     deployment: dict[str, Any] | None,
     pods: list[dict[str, Any]],
+    w: Workload | None = None,
 ) -> dict[str, Any]:
-    """The whole status (conditions without timestamps) of a valid service."""
+    """The whole status (conditions without timestamps) of a valid service; `w` is its workload view when the
+    caller has it (the reconcile's plan does)."""
     meta, spec = resource.metadata, resource.spec
     generation = meta.generation
-    w = workload(resource)
+    w = w or workload(resource)
     dep_spec = (deployment or {}).get("spec") or {}
     dep_status = (deployment or {}).get("status") or {}
     desired = dep_spec.get("replicas", spec.replicas) if spec.autoscaling else spec.replicas
@@ -150,7 +152,7 @@ def service_status(
             ready_cond = condition(C.READY, False, placement.reason, f"{message[:-1]}: {placement.message}", generation)
 
     namespace = meta.namespace or "default"
-    service_routes = routes(resource, c)
+    service_routes = routes(resource, c, w)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": [ready_cond, condition(C.SPEC_VALID, True, C.VALID, "Every rule of vLLM " + c.version + " holds.", generation), progressing, degraded],
@@ -159,7 +161,7 @@ def service_status(
         "selector": ",".join(f"{k}={v}" for k, v in selector_labels(w.name, w.kind).items()),
         "endpoint": f"http://{meta.name}.{namespace}.svc:{spec.service.port}",
         "routes": service_routes,
-        "effective": effective(resource, c, argv),
+        "effective": effective(resource, c, argv, w),
     }
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)

@@ -41,7 +41,7 @@ from pooling_operator.vllm.model_rules import remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.workload import Workload, workload
 
-__all__ = ["CHAINS", "Settings", "check"]
+__all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
 
 
 @dataclass(frozen=True)
@@ -133,24 +133,44 @@ CHAINS: dict[type, tuple[Rule, ...]] = {
 }
 
 
-def check(
+@dataclass(frozen=True)
+class Judgement:
+    """Every problem of a resource, and what judging it resolved (its workload view and contract; None for a
+    policy, and the contract None when the version is unsupported)."""
+
+    problems: list[Problem]
+    workload: Workload | None = None
+    contract: Contract | None = None
+
+
+def judge(
     resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,
-) -> list[Problem]:
-    """Every rule of the resource's chain (CHAINS); empty when the resource is valid. With the namespace's labels
-    (the reconcile knows them, the offline CLI does not) policies apply only where their namespaceSelector
-    selects, exactly as the autoscaler resolves them."""
+) -> Judgement:
+    """Every rule of the resource's chain (CHAINS). With the namespace's labels (the reconcile knows them, the
+    offline CLI does not) policies apply only where their namespaceSelector selects, exactly as the autoscaler
+    resolves them."""
     if isinstance(resource, AutoscalingPolicy):
-        return sorted(policy_problems(resource))
+        return Judgement(sorted(policy_problems(resource)))
     w = workload(resource)
     version, _ = resolve_version(w.engine.version, w.engine.image)
     c = contract(version) if version else None
     xa = parse_extra_args(w.engine.extra_args, c) if c is not None else None  # once, for every rule
     subject = Subject(resource, w, c, xa, settings or Settings(), policies, namespace_labels)
     problems = [p for rule in CHAINS[type(resource)] for p in rule(subject)]
-    return sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message))
+    return Judgement(sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message)), w, c)
+
+
+def check(
+    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
+    settings: Settings | None = None,
+    policies: Mapping[str, AutoscalingPolicySpec] | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> list[Problem]:
+    """Every problem of the resource (`judge`); empty when it is valid."""
+    return judge(resource, settings, policies, namespace_labels).problems
 
 
 def _needs_metrics(resource: object) -> bool:

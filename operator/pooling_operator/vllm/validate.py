@@ -16,7 +16,9 @@ from pooling_operator.api import KINDS, AnyResource
 from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem, from_validation_error, nesting_problem, shown
-from pooling_operator.vllm.rules import Settings, check
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.rules import Settings, judge
+from pooling_operator.vllm.workload import Workload
 
 NAME_MESSAGE = M.NAME_DNS1035
 
@@ -27,6 +29,8 @@ class Result:
     name: str
     resource: AnyResource | None
     problems: list[Problem] = field(default_factory=list)
+    workload: Workload | None = None  # what judging the rules resolved (None for a policy or when parsing failed)
+    contract: Contract | None = None
 
     @property
     def errors(self) -> list[Problem]:
@@ -79,7 +83,8 @@ def validate(
     """Schema and every vLLM rule."""
     result = parse(obj)
     if result.resource is not None:
-        result.problems = check(result.resource, settings or Settings(), policies, namespace_labels)
+        j = judge(result.resource, settings or Settings(), policies, namespace_labels)
+        result.problems, result.workload, result.contract = j.problems, j.workload, j.contract
     return result
 
 

@@ -1,0 +1,126 @@
+"""PoolingService and ScoringService: their part of the flow (reconcile/flow.py).
+
+Refused, in this order: the spec's own problems (InvalidSpec), a change of the embedding space without a new
+label (EmbeddingSpaceChanged), the policy it would follow (PolicyNotAllowed, PolicyInvalid). Once converged,
+the autoscaler is told to follow the service, or to stop, and a service whose API key leaves routes open says
+so in an event.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import messages as M
+from pooling_operator.api.problems import Problem
+from pooling_operator.k8s.api import KINDS
+from pooling_operator.k8s.cache import owner_key
+from pooling_operator.reconcile.built import built
+from pooling_operator.reconcile.context import Context
+from pooling_operator.reconcile.flow import Children, Desired
+from pooling_operator.reconcile.policies import PolicySet
+from pooling_operator.reconcile.state import Memory
+from pooling_operator.status import conditions as C
+from pooling_operator.status.services import degraded_by_time, embedding_fingerprint, service_status
+
+CATCH_UP_SECONDS = 10.0
+CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject", "NetworkPolicy")
+
+
+class Services:
+    children = CHILDREN
+
+    async def desired(self, ctx: Context, memory: Memory, policies: PolicySet, body: dict[str, Any]) -> Desired:
+        meta = body["metadata"]
+        # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error. The
+        # namespace's labels decide which policies apply (namespaceSelector), for the rules and the autoscaler alike.
+        labels = await _namespace_labels(ctx, meta.get("namespace"), policies)
+        b = built(memory, ctx.settings, ctx.operator_image, body, policies, labels)
+        if b.problems or b.resource is None:
+            return Desired(b, b.problems, C.INVALID_SPEC)
+        if isinstance(b.resource, PoolingService):
+            space = _embedding_space_problems(b.resource, body.get("status") or {})
+            if space:
+                return Desired(b, space, C.EMBEDDING_SPACE_CHANGED)
+        if b.policy_problems:
+            return Desired(b, b.policy_problems, b.policy_reason)
+        return Desired(b)
+
+    async def refused(self, ctx: Context, body: dict[str, Any]) -> None:
+        if ctx.tracker is not None:
+            await ctx.tracker.stop(body)
+
+    async def status(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, current: Children,
+                     old_status: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        meta = body["metadata"]
+        plan, resource = desired.built.plan, desired.built.resource
+        assert plan is not None and isinstance(resource, PoolingService | ScoringService)
+        deployment = current.get(("Deployment", meta["name"]))
+        status = service_status(resource, plan.contract, plan.argv, deployment, ctx.cache.pods_of(owner_key(body)), plan.workload)
+        degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
+        # Not written while the Deployment controller catches up: its own status update follows in a moment.
+        return status, not controller_catching_up(memory, meta["uid"], deployment, old_status)
+
+    async def after(self, ctx: Context, body: dict[str, Any], desired: Desired, status: dict[str, Any],
+                    old_status: dict[str, Any]) -> None:
+        resource = desired.built.resource
+        assert isinstance(resource, PoolingService | ScoringService)
+        autoscaling = resource.spec.autoscaling
+        if ctx.tracker is not None:
+            if autoscaling is not None:
+                ctx.tracker.track(resource, desired.built.policy)
+            if autoscaling is None:
+                await ctx.tracker.stop(body)
+            elif autoscaling.backend != "operator":
+                await ctx.tracker.clear_status(body)  # still counted towards its namespace's GPU budget
+        if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
+            ctx.event(
+                body, "Warning", "RoutesNotProtected",
+                "vLLM checks the API key only on /v1, /v2, /inference and /cohere; these routes answer without it: "
+                + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
+            )
+
+
+def controller_catching_up(memory: Memory, uid: str, deployment: dict[str, Any] | None, old_status: dict[str, Any]) -> bool:
+    """True while the Deployment's generation is ahead of what its controller has observed, for at most
+    CATCH_UP_SECONDS, on a service that already has a status. A Deployment's generation moves on any change
+    of its spec *or annotations* (a platform's annotation too); until kube-controller-manager has looked, its
+    status says nothing about the new spec, and writing Ready=False for those milliseconds would only flap
+    the conditions and post events. Past the grace the status says so ("not yet taken up the new spec")."""
+    if deployment is None or not old_status.get("conditions"):
+        return False
+    observed = ((deployment.get("status") or {}).get("observedGeneration") or 0)
+    if observed >= (deployment["metadata"].get("generation") or 0):
+        memory.catching_up.pop(uid, None)
+        return False
+    since = memory.catching_up.setdefault(uid, time.monotonic())
+    return time.monotonic() - since < CATCH_UP_SECONDS
+
+
+async def _namespace_labels(ctx: Context, namespace: str | None, policies: PolicySet) -> dict[str, str] | None:
+    """The namespace's labels when some policy selects namespaces (watched; one read if the watch does not
+    know it), else None (every policy applies)."""
+    if not any(p.namespace_selector for p in policies.valid.values()) and not any(policies.invalid_defaults.values()):
+        return None
+    known = ctx.cache.namespace_labels(namespace or "default")
+    if known is not None:
+        return dict(known)
+    ns = await ctx.kube.get(KINDS["Namespace"], None, namespace or "default")
+    return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _embedding_space_problems(resource: PoolingService, old_status: dict[str, Any]) -> list[Problem]:
+    """The embeddingSpace rule, for clusters where it was not enforced at admission."""
+    old = old_status.get("embeddingSpace") or {}
+    if not old.get("fingerprint"):
+        return []
+    if old.get("label") != resource.spec.embedding_space:
+        return []
+    if old["fingerprint"] == embedding_fingerprint(resource):
+        return []
+    return [Problem("spec.embeddingSpace", M.EMBEDDING_SPACE)]
+
+
+SERVICES = Services()

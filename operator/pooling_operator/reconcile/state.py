@@ -1,0 +1,36 @@
+"""The reconcile's memory of each object: one owner for every piece of per-object state the reconcile keeps,
+dropped with one `forget(uid)` when the object goes. (The runtime keeps its own: settled keys and retry counts;
+the cache its recent writes; the autoscaler the services it follows.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pooling_operator.reconcile.built import Built
+
+Mark = tuple[str, str]  # (resourceVersion, applied-hash) of a child found equal to what we want
+
+
+@dataclass
+class Memory:
+    built: dict[str, Built] = field(default_factory=dict)  # uid -> what its spec validated and built to
+    verified: dict[str, dict[tuple[str, str], Mark]] = field(default_factory=dict)  # uid -> (kind, name) -> mark
+    catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
+    warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
+
+    def knows(self, uid: str) -> bool:
+        """The object was reconciled before (a new one goes ahead in the queue)."""
+        return uid in self.built
+
+    def forget(self, uid: str) -> None:
+        """Drop every piece of state about an object that is gone."""
+        self.built.pop(uid, None)
+        self.verified.pop(uid, None)
+        self.catching_up.pop(uid, None)
+        self.warned = {w for w in self.warned if w[0] != uid}
+
+    def sizes(self) -> dict[str, int]:
+        return {"memo": len(self.built), "verified": len(self.verified), "catching_up": len(self.catching_up),
+                "warned": len(self.warned)}
