@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from pydantic.alias_generators import to_camel
 
 from pooling_operator.api import messages as M
+from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.quantity import QUANTITY_PATTERN
 
 # Markers read by api/crd.py when the OpenAPI schema is emitted.
@@ -101,16 +102,7 @@ class ModelVolume(Spec):
 class ModelSource(Spec):
     """Where the weights come from: exactly one of huggingFace or volume. Default: huggingFace, no token."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.huggingFace) != has(self.volume)",
-                    "message": M.SOURCE_EXACTLY_ONE,
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=validations(cel("has(self.huggingFace) != has(self.volume)", M.SOURCE_EXACTLY_ONE)))
 
     hugging_face: HuggingFaceSource | None = Field(
         default=None, description="Download from the Hugging Face Hub (the default)."
@@ -247,15 +239,13 @@ class EnvVarSource(Spec):
     """Where a variable's value comes from (a Kubernetes EnvVarSource): exactly one of these."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef), "
-                    "has(self.resourceFieldRef)].filter(x, x).size() == 1",
-                    "message": M.ENV_SOURCE_EXACTLY_ONE,
-                }
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef), "
+                "has(self.resourceFieldRef)].filter(x, x).size() == 1",
+                M.ENV_SOURCE_EXACTLY_ONE,
+            )
+        )
     )
 
     secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret.")

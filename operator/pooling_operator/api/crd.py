@@ -13,6 +13,7 @@ from typing import Any
 
 from pooling_operator import GROUP, VERSION
 from pooling_operator.api import messages as M
+from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.resources import DNS1035_LABEL, KINDS, KindInfo
 
 _DROP = {"title", "default", "examples", "additionalProperties"}
@@ -102,12 +103,9 @@ def crd(info: KindInfo) -> dict[str, Any]:
             "spec": spec_schema,
             "status": status_schema,
         },
-        "x-kubernetes-validations": [
-            {
-                "rule": f"self.metadata.name.size() <= 63 && self.metadata.name.matches('{DNS1035_LABEL}')",
-                "message": f"metadata.name {M.NAME_DNS1035}",
-            }
-        ],
+        **validations(
+            cel(f"self.metadata.name.size() <= 63 && self.metadata.name.matches('{DNS1035_LABEL}')", f"metadata.name {M.NAME_DNS1035}")
+        ),
     }
     subresources: dict[str, Any] = {"status": {}}
     if info.scale:

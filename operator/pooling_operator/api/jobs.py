@@ -18,6 +18,7 @@ from pooling_operator.api.base import (
     StatusBase,
     TemplateSpec,
 )
+from pooling_operator.api.cel import cel, validations
 
 AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")]
 
@@ -69,22 +70,15 @@ class HiddenStateJobSpec(Spec):
     """An Indexed Job: each shard runs vLLM with extract_hidden_states and a driver feeding it prompts."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": M.JOB_IMMUTABLE},
-                {
-                    "rule": "!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)",
-                    "message": M.PARALLELISM_LE_SHARDS,
-                    "fieldPath": ".parallelism",
-                },
-                {
-                    "rule": "!has(self.output.storageBudget) || "
-                    "(has(self.model.hints) && has(self.model.hints.hiddenSize))",
-                    "message": M.BUDGET_NEEDS_HIDDEN_SIZE,
-                    "fieldPath": ".output.storageBudget",
-                },
-            ]
-        }
+        json_schema_extra=validations(
+            cel("self == oldSelf", M.JOB_IMMUTABLE),
+            cel("!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)", M.PARALLELISM_LE_SHARDS, ".parallelism"),
+            cel(
+                "!has(self.output.storageBudget) || (has(self.model.hints) && has(self.model.hints.hiddenSize))",
+                M.BUDGET_NEEDS_HIDDEN_SIZE,
+                ".output.storageBudget",
+            ),
+        )
     )
 
     model: ModelSpec = Field(
@@ -95,12 +89,7 @@ class HiddenStateJobSpec(Spec):
         max_length=64,
         description="Layer ids to extract: non-empty, unique, ascending; 0 is the embeddings and "
         "model.hints.numHiddenLayers the last layer.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "set",
-            "x-kubernetes-validations": [
-                {"rule": "self.isSorted()", "message": M.LAYERS_ASCENDING}
-            ],
-        },
+        json_schema_extra={"x-kubernetes-list-type": "set", **validations(cel("self.isSorted()", M.LAYERS_ASCENDING))},
     )
     dataset: DatasetSpec = Field(description=DatasetSpec.__doc__)
     output: OutputSpec = Field(description=OutputSpec.__doc__)

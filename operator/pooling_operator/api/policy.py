@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
 from pooling_operator.api.base import Duration, Name, ObjectDict, Spec, StatusBase, duration_seconds
+from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.services import AutoscalingSpec, Backend, ScaleBehavior
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring:9090"
@@ -69,15 +70,9 @@ class AutoscalingPolicySpec(Spec):
     """Guardrails and defaults for autoscaled services."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.allowedBackends) || self.allowedBackends.size() > 0",
-                    "message": M.ALLOWED_BACKENDS_NONEMPTY,
-                    "fieldPath": ".allowedBackends",
-                }
-            ]
-        }
+        json_schema_extra=validations(
+            cel("!has(self.allowedBackends) || self.allowedBackends.size() > 0", M.ALLOWED_BACKENDS_NONEMPTY, ".allowedBackends")
+        )
     )
 
     default: bool = Field(default=False, description="Applies to services that reference no policy.")

@@ -18,6 +18,7 @@ from pooling_operator.api.base import (
     StatusBase,
     TemplateSpec,
 )
+from pooling_operator.api.cel import cel, validations
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]
 SEQUENCE_TASKS = ("embed", "classify")
@@ -86,20 +87,14 @@ class AutoscalingSpec(Spec):
     autoscaler (the /scale subresource), never by the operator's apply."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas",
-                    "message": M.MIN_LE_MAX_REPLICAS,
-                    "fieldPath": ".minReplicas",
-                },
-                {
-                    "rule": "!has(self.minReplicas) || self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
-                    "message": M.MIN_REPLICAS_ZERO,
-                    "fieldPath": ".minReplicas",
-                },
-            ]
-        }
+        json_schema_extra=validations(
+            cel("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas", M.MIN_LE_MAX_REPLICAS, ".minReplicas"),
+            cel(
+                "!has(self.minReplicas) || self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
+                M.MIN_REPLICAS_ZERO,
+                ".minReplicas",
+            ),
+        )
     )
 
     min_replicas: int = Field(
@@ -222,12 +217,12 @@ _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
-MATRYOSHKA_RULE = {
-    "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
+MATRYOSHKA_RULE = cel(
+    "!has(self.pooling) || !has(self.pooling.dimensions) || "
     "(has(self.model.matryoshkaDimensions) && self.pooling.dimensions in self.model.matryoshkaDimensions)",
-    "message": M.MATRYOSHKA_DIMENSIONS,
-    "fieldPath": ".pooling.dimensions",
-}
+    M.MATRYOSHKA_DIMENSIONS,
+    ".pooling.dimensions",
+)
 
 
 class ServingSpec(Spec):
@@ -251,28 +246,21 @@ class PoolingServiceSpec(ServingSpec):
     """A vLLM server with runner pooling serving exactly one pooling task."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.pooling) || !has(self.pooling.type) || "
-                    "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
-                    "message": M.POOLING_TYPE_FOR_TASK,
-                    "fieldPath": ".pooling.type",
-                },
-                MATRYOSHKA_RULE,
-                {
-                    "rule": "!has(self.pooling) || !has(self.pooling.dimensions) || "
-                    "self.task in ['embed', 'token_embed']",
-                    "message": M.DIMENSIONS_EMBEDDING_ONLY,
-                    "fieldPath": ".pooling.dimensions",
-                },
-                {
-                    "rule": f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})",
-                    "message": M.EMBEDDING_SPACE,
-                    "fieldPath": ".embeddingSpace",
-                },
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "!has(self.pooling) || !has(self.pooling.type) || "
+                "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
+                M.POOLING_TYPE_FOR_TASK,
+                ".pooling.type",
+            ),
+            MATRYOSHKA_RULE,
+            cel(
+                "!has(self.pooling) || !has(self.pooling.dimensions) || self.task in ['embed', 'token_embed']",
+                M.DIMENSIONS_EMBEDDING_ONLY,
+                ".pooling.dimensions",
+            ),
+            cel(f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})", M.EMBEDDING_SPACE, ".embeddingSpace"),
+        )
     )
 
     task: Task = Field(
@@ -303,15 +291,7 @@ class GenerativeSpec(Spec):
     """Generative scoring: a causal LM's next-token probabilities for declared label tokens."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.labels.all(l, self.labels.exists_one(m, m.id == l.id))",
-                    "message": M.LABELS_DISTINCT,
-                    "fieldPath": ".labels",
-                }
-            ]
-        }
+        json_schema_extra=validations(cel("self.labels.all(l, self.labels.exists_one(m, m.id == l.id))", M.LABELS_DISTINCT, ".labels"))
     )
 
     labels: list[GenerativeLabel] = Field(
@@ -333,26 +313,16 @@ class ScoringServiceSpec(ServingSpec):
     """A vLLM server that scores query/document pairs."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "(self.mode == 'generative') == has(self.generative)",
-                    "message": M.GENERATIVE_IFF_MODE,
-                    "fieldPath": ".generative",
-                },
-                {
-                    "rule": "!has(self.pooling) || self.mode == 'biEncoder'",
-                    "message": M.POOLING_BIENCODER_ONLY,
-                    "fieldPath": ".pooling",
-                },
-                {
-                    "rule": "!has(self.pooling) || !has(self.pooling.type) || self.pooling.type in ['CLS', 'MEAN', 'LAST']",
-                    "message": M.BIENCODER_SEQUENCE_POOLING,
-                    "fieldPath": ".pooling.type",
-                },
-                MATRYOSHKA_RULE,
-            ]
-        }
+        json_schema_extra=validations(
+            cel("(self.mode == 'generative') == has(self.generative)", M.GENERATIVE_IFF_MODE, ".generative"),
+            cel("!has(self.pooling) || self.mode == 'biEncoder'", M.POOLING_BIENCODER_ONLY, ".pooling"),
+            cel(
+                "!has(self.pooling) || !has(self.pooling.type) || self.pooling.type in ['CLS', 'MEAN', 'LAST']",
+                M.BIENCODER_SEQUENCE_POOLING,
+                ".pooling.type",
+            ),
+            MATRYOSHKA_RULE,
+        )
     )
 
     mode: ScoringMode = Field(
