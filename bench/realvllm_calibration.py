@@ -21,7 +21,6 @@ import json
 import math
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from e2e.harness.poll import wait_for  # noqa: E402
-from e2e.harness.processes import _free_ports  # noqa: E402
+from e2e.harness.processes import _free_ports, stop_process  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
 from e2e.realvllm.runner_process import on_this_machine  # noqa: E402
 from pooling_operator.autoscaling.simulator.servicemodel import Replica, ServiceParams  # noqa: E402
@@ -212,9 +211,7 @@ def main() -> int:
             rows.append({"c": c, "real": real, "sim": sim})
             print(json.dumps(rows[-1]), flush=True)
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(60)
+        stop_process(proc, 60)
     print(f"\nserver settings: max_num_seqs={params.max_num_seqs} max_num_batched_tokens={params.max_num_batched_tokens}")
     print(f"{'c':>3} {'tok':>5} | {'req/s real':>10} {'sim':>7} {'ratio':>6} | {'client mean ms':>14} {'sim':>7} | "
           f"{'client p99 ms':>13} {'sim':>7} | {'server mean ms':>14} {'sim':>7}")  # fmt: skip

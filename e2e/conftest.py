@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from e2e import build
-from e2e.controlplane import ClusterConfig, ControlPlane
+from e2e.controlplane import ControlPlane
 from e2e.crds import install_crds
 from e2e.harness.audit import OPERATOR_USER
+from e2e.harness.config import ClusterConfig
 from e2e.realvllm import runtime
 
 _CLUSTER: ControlPlane | None = None

@@ -38,44 +38,28 @@ from typing import Any
 
 from e2e import build
 from e2e.harness import audit, components
-from e2e.harness.components import POD_CIDR
 from e2e.harness.config import (
-    GPU_PRODUCT,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
     ClusterConfig,
-    cpu_node_name,
-    gpu_node_name,
     node_manifests,
 )
-from e2e.harness.pki import SERVICE_CIDR, kubeconfig_dict, write_kubeconfig, write_pki
-from e2e.harness.poll import Fatal, Timeout, wait_for
+from e2e.harness.pki import write_kubeconfig, write_pki
+from e2e.harness.poll import wait_for
 from e2e.harness.processes import (
     KEPT_MARKER,
-    ORDER,
     Component,
     ComponentDied,
-    _child_setup,
     _exit_on_signal,
     _free_ports,
-    _kill_group,
     log_tails,
     reap_strays,
     registry_dir,
     spawn,
+    stop_process,
+    stop_processes,
     write_registry,
 )
-from e2e.harness.rest import FIELD_MANAGER, Api, ApiError, _http_json, _https_ok
+from e2e.harness.rest import Api, _http_json, _https_ok
 from e2e.harness.state import read_state, write_state
-
-# What this module offered before the split into e2e/harness/: callers keep importing it from here.
-__all__ = [
-    "DEFAULT_RUN_DIR", "FIELD_MANAGER", "GPU_PRODUCT", "GPU_PRODUCT_LABEL", "GPU_RESOURCE", "KEPT_MARKER",
-    "ORDER", "POD_CIDR", "REPO_ROOT", "SERVICE_CIDR", "Api", "ApiError", "ClusterConfig", "Component",
-    "ComponentDied", "ControlPlane", "Fatal", "Timeout", "_child_setup", "_free_ports", "cpu_node_name",
-    "gpu_node_name", "kubeconfig_dict", "log_tails", "node_manifests", "reap_strays", "registry_dir",
-    "wait_for", "write_pki",
-]  # fmt: skip
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = REPO_ROOT / ".cluster"
@@ -266,16 +250,7 @@ class ControlPlane:
             self._stopped = True
         # reverse order; kube components first, etcd last so the apiserver shuts down cleanly
         for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
-            procs = [self.components[n] for n in group if n in self.components]
-            for c in procs:
-                if c.proc.poll() is None:
-                    _kill_group(c.proc.pid, c.start_time, signal.SIGTERM)
-            for c in procs:
-                try:
-                    c.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    _kill_group(c.proc.pid, c.start_time, signal.SIGKILL)
-                    c.proc.wait(timeout=10)
+            stop_processes(((c.proc, c.start_time) for n, c in self.components.items() if n in group), timeout=10)
         if self.data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         if self._temp_run_dir and not self.keep_run_dir:
@@ -300,13 +275,7 @@ class ControlPlane:
     def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         """Stop one component (its process group) and wait for it to exit; SIGKILL after `timeout`."""
         c = self.components[name]
-        if c.proc.poll() is None:
-            _kill_group(c.proc.pid, c.start_time, sig)
-            try:
-                c.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(c.proc.pid, c.start_time, signal.SIGKILL)
-                c.proc.wait(timeout=10)
+        stop_process(c.proc, timeout, sig=sig, start_time=c.start_time)
 
     def start_component(self, name: str, timeout: float = 60) -> None:
         """Start a stopped component again with the same command line (same ports, same etcd data) and wait

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from e2e import build
-from e2e.controlplane import REPO_ROOT, ApiError, Fatal, wait_for
+from e2e.controlplane import REPO_ROOT
+from e2e.harness.poll import Fatal, wait_for
+from e2e.harness.rest import ApiError
 
 if TYPE_CHECKING:
     from e2e.controlplane import ControlPlane

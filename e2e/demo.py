@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import signal
 import sys
 import time
 import urllib.request
@@ -20,8 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from e2e.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane, wait_for
+from e2e.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane
 from e2e.crds import install_crds
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import stop_pid
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
 from e2e.realvllm.kubelet import DEFAULT_NODE
@@ -44,11 +44,8 @@ def stop_operator(run_dir: Path) -> None:
     if not pidfile.exists():
         return
     pid = int(pidfile.read_text())
-    try:
-        os.killpg(pid, signal.SIGTERM)
+    if stop_pid(pid):
         say(f"Stopped the operator (pid {pid})")
-    except ProcessLookupError:
-        pass
     pidfile.unlink(missing_ok=True)
 
 

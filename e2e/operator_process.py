@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-from e2e.controlplane import REPO_ROOT, ControlPlane, _free_ports, wait_for
+from e2e.controlplane import REPO_ROOT, ControlPlane
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import _free_ports, stop_process
 
 
 class OperatorProcess:
@@ -87,14 +87,7 @@ class OperatorProcess:
             return ""
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_process(self.proc, timeout=20)
 
 
 RBAC = REPO_ROOT / "deploy" / "rbac.yaml"

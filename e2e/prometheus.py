@@ -12,11 +12,9 @@ The package's own systemd service, if the package started one, plays no part: no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -28,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane import Fatal, _child_setup, _free_ports, wait_for
+from e2e.harness.poll import Fatal, wait_for
+from e2e.harness.processes import _child_setup, _free_ports, stop_process
 
 PACKAGE = "prometheus"
 JOB = "vllm-standin"
@@ -227,14 +226,7 @@ class PrometheusServer:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, timeout)
         self.log(f"Stopped Prometheus on {self.url}")
 
     def restart(self) -> PrometheusServer:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
@@ -18,24 +17,6 @@ def data_file(name: str) -> Path:
     path = DATA / name
     assert path.exists(), f"{path} is missing"
     return path
-
-
-# A unit test that calls one of these starts a process or an HTTP server: it is marked `integration`, so
-# `make unit` (-m "not integration") stays in seconds while `make test` runs everything.
-PROCESS_HELPERS = ("start_standin(", "start_driver(", "run_driver(", "subprocess.run(", "subprocess.Popen(")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fn = getattr(item, "function", None)
-        if fn is None or not str(item.path).startswith(str(ROOT / "tests")):
-            continue
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError):
-            continue
-        if any(h in source for h in PROCESS_HELPERS):
-            item.add_marker(pytest.mark.integration)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from safetensors import safe_open
 
+from e2e.harness.processes import stop_process
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
 
@@ -39,13 +40,9 @@ class StandIn:
     url: str
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        code = stop_process(self.process, timeout=10)
+        assert code is not None
+        return code
 
 
 def start_standin(storage: Path, *args: str, layers: int = 4, hidden: int = HIDDEN) -> StandIn:

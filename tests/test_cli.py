@@ -89,6 +89,7 @@ def test_crds_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (ROOT / "crds").iterdir())
 
 
+@pytest.mark.integration  # starts a process
 def test_module_and_script_are_the_same_program() -> None:
     for argv in ([sys.executable, "-m", "pooling_operator", "validate", "examples"],
                  [str(Path(sys.executable).parent / "pooling-operator"), "validate", "examples"]):

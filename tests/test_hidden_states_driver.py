@@ -369,6 +369,7 @@ def test_progress_is_one_merge_patched_key_of_the_configmap(monkeypatch: pytest.
 # Driver processes against the stand-in
 
 
+@pytest.mark.integration  # starts a process
 def test_2000_samples_over_4_shards_each_exactly_once(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 2000)
@@ -389,6 +390,7 @@ def test_2000_samples_over_4_shards_each_exactly_once(tmp_path: Path) -> None:
     assert len(seen) == 2000
 
 
+@pytest.mark.integration  # starts a process
 def test_500s_and_truncated_files_are_retried_or_recorded_never_kept(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 300)
@@ -406,6 +408,7 @@ def test_500s_and_truncated_files_are_retried_or_recorded_never_kept(tmp_path: P
     assert all(order[line - 1] == sample_id for sample_id, line in lines.items())
 
 
+@pytest.mark.integration  # starts a process
 def test_every_file_truncated_means_every_sample_failed(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 12)
@@ -416,6 +419,7 @@ def test_every_file_truncated_means_every_sample_failed(tmp_path: Path) -> None:
     assert len(failed_lines(output, 0)) == 12
 
 
+@pytest.mark.integration  # starts a process
 def test_malformed_lines_are_failed_samples_with_their_line_number(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     lines = [
@@ -452,6 +456,7 @@ def _budget_dataset(path: Path, n: int, tokens: int) -> dict[str, list[int]]:
     return expected
 
 
+@pytest.mark.integration  # starts a process
 def test_the_storage_budget_stops_the_shard_cleanly(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = _budget_dataset(dataset, 40, tokens=10)
@@ -481,6 +486,7 @@ def test_the_storage_budget_stops_the_shard_cleanly(tmp_path: Path) -> None:
     assert check_output(output, 1, expected, complete=False) == seen
 
 
+@pytest.mark.integration  # starts a process
 def test_a_dataset_that_cannot_be_read_ends_with_exit_4(tmp_path: Path) -> None:
     writes: list[str] = []
 
@@ -495,6 +501,7 @@ def test_a_dataset_that_cannot_be_read_ends_with_exit_4(tmp_path: Path) -> None:
     assert result.returncode == EXIT_DATASET_UNREADABLE and "Could not read the dataset" in result.stderr
 
 
+@pytest.mark.integration  # starts a process
 def test_waits_for_health_and_gives_up_after_its_deadline(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 20)
@@ -507,6 +514,7 @@ def test_waits_for_health_and_gives_up_after_its_deadline(tmp_path: Path) -> Non
     check_output(output, 1, expected)
 
 
+@pytest.mark.integration  # starts a process
 def test_vllm_crashing_mid_run_fails_the_attempt_and_the_next_run_completes(tmp_path: Path) -> None:
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 120)

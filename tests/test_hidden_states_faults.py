@@ -76,6 +76,7 @@ def kill_schedule(rng: random.Random) -> list[dict[str, Any]]:
     return [*steps, {"op": "replace", "when": "before", "n": 1}]  # after the last sample: the _SUCCESS marker
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("seed", [13])
 def test_killed_15_times_at_random_points_the_shard_still_ends_exact(tmp_path: Path, seed: int) -> None:
     started = time.monotonic()
@@ -212,6 +213,7 @@ def manifest_fd(fd: int, *_: Any) -> bool:
     return fd_path(fd).endswith("/" + hs.MANIFEST)
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("point", ["short write", "fsync"])
 def test_a_full_volume_at_the_manifest_append_stops_with_exit_5_and_a_rerun_completes_exactly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
@@ -234,6 +236,7 @@ def test_a_full_volume_at_the_manifest_append_stops_with_exit_5_and_a_rerun_comp
         assert_resumes_exact(config, expected, data, before, tmp_path)
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("move", ["rename", "copy"])
 def test_a_full_volume_at_the_file_move_stops_with_exit_5_and_a_rerun_completes_exactly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, move: str
@@ -254,6 +257,7 @@ def test_a_full_volume_at_the_file_move_stops_with_exit_5_and_a_rerun_completes_
         assert_resumes_exact(config, expected, data, before, tmp_path)
 
 
+@pytest.mark.integration  # starts a process
 def test_a_full_volume_while_resuming_leaves_the_manifest_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with driver_setup(tmp_path, 30) as (config, expected, data):
         assert run(config, data) == hs.EXIT_OK
@@ -270,6 +274,7 @@ def test_a_full_volume_while_resuming_leaves_the_manifest_as_it_was(tmp_path: Pa
         assert_resumes_exact(config, expected, data, b"".join(lines[:10]), tmp_path)
 
 
+@pytest.mark.integration  # starts a process
 def test_a_full_volume_when_writing_success_redoes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with driver_setup(tmp_path, 20) as (config, expected, data):
         full = Full(monkeypatch, "write", lambda fd, _data: fd_path(fd).endswith(hs.SUCCESS_MARKER + ".tmp"))
@@ -292,6 +297,7 @@ def mount_tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("where", ["output", "shard folder"])
 def test_a_real_tmpfs_filling_up_stops_the_shard_and_a_bigger_one_completes(tmp_path: Path, where: str) -> None:
     """``output``: vLLM's staging folder fills the volume too, so vLLM's own write comes back partial and the

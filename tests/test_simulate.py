@@ -268,6 +268,7 @@ def test_the_same_seed_gives_the_same_output() -> None:
 # ---- the command line -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # starts a process
 def test_cli_prints_exactly_one_json_object(tmp_path: Path) -> None:
     svc = write(tmp_path, "svc.yaml", service(), policy({"defaults": {"window": "30s"}}))
     trace = write(tmp_path, "t.csv", "seconds,requests_per_second,mean_tokens\n0,100,16\n")

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from e2e.harness.poll import Fatal
+from e2e.harness.poll import Fatal, Timeout, wait_for
 
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -101,10 +102,52 @@ def write_registry(run_id: str, run_dir: Path, components: Iterable[Component], 
 
 
 def _kill_group(pid: int, start_time: int | None, sig: int) -> None:
+    """`sig` to the process group `pid` leads, or to the process alone when it leads none."""
     if not _alive(pid, start_time):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, timeout: float = 20, *, sig: int = signal.SIGTERM,
+                 start_time: int | None = None) -> int | None:
+    """The one way a harness process stops: `sig` (SIGTERM) to its process group (every process is started in
+    a group of its own, so what it forked goes too), a wait of `timeout` seconds, then SIGKILL and a wait.
+    Returns the exit code (None when there was no process)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        _kill_group(proc.pid, start_time, sig)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid, start_time, signal.SIGKILL)
+    return proc.wait()
+
+
+def stop_processes(procs: Iterable[tuple[subprocess.Popen[Any], int | None]], timeout: float = 10) -> None:
+    """stop_process for several (process, start time) pairs at once: all are signalled, then each is waited
+    for (and killed when it outlasts `timeout`)."""
+    procs = list(procs)
+    for proc, start_time in procs:
+        if proc.poll() is None:
+            _kill_group(proc.pid, start_time, signal.SIGTERM)
+    for proc, start_time in procs:
+        stop_process(proc, timeout, start_time=start_time)
+
+
+def stop_pid(pid: int, timeout: float = 20, *, start_time: int | None = None) -> bool:
+    """stop_process for a process this one did not start (a pid file's): True when it was running."""
+    if not _alive(pid, start_time):
+        return False
+    _kill_group(pid, start_time, signal.SIGTERM)
+    with contextlib.suppress(Timeout):  # no handle to wait on: poll its exit, then make sure
+        wait_for(lambda: not _alive(pid, start_time), timeout=timeout, what=f"process {pid} to exit")
+    _kill_group(pid, start_time, signal.SIGKILL)
+    return True
 
 
 def reap_strays(log: Callable[[str], None] | None = None) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from e2e.harness.processes import _child_setup, _free_ports
+from e2e.harness.processes import _child_setup, _free_ports, stop_process
 from e2e.realvllm import podspec
 
 log = logging.getLogger("pod-runner")
@@ -127,17 +127,7 @@ class PodWorker:
         self._kill(grace)
 
     def _kill(self, grace: float) -> None:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        stop_process(self.proc, grace)
 
     def _run(self) -> None:
         try:

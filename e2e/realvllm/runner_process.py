@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import REPO_ROOT, ControlPlane, wait_for
-from e2e.harness.processes import _child_setup
+from e2e.controlplane import REPO_ROOT, ControlPlane
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import _child_setup, stop_pid, stop_process
 from e2e.realvllm.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
 from e2e.realvllm.runtime import MODELS, Runtime
 
@@ -98,13 +97,7 @@ class PodRunner:
         return ready and untainted
 
     def stop(self, timeout: float = 60) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self.cluster.api.request("DELETE", f"/api/v1/nodes/{self.node}")
 
     @staticmethod
@@ -115,16 +108,7 @@ class PodRunner:
             return False
         pid = int(pidfile.read_text())
         pidfile.unlink()
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        try:
-            wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout, what=f"pod runner {pid} exit")
-        except Exception:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        return True
+        return stop_pid(pid, timeout)
 
     def model_claim(self, namespace: str) -> None:
         """The ``models`` claim in ``namespace``, bound to a hostPath PersistentVolume on the runtime's model

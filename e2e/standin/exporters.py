@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import REPO_ROOT, Api, _child_setup, wait_for
+from e2e.controlplane import REPO_ROOT
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import _child_setup, stop_process
+from e2e.harness.rest import Api
 from e2e.prometheus import PrometheusServer
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.vllm.metrics import target_labels
@@ -90,15 +92,7 @@ class ExporterProcess:
         return self.port
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self.port_file.unlink(missing_ok=True)
 
     def log_tail(self, lines: int = 20) -> str:

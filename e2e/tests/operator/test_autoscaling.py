@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import ControlPlane
 from e2e.harness.config import MIG_RESOURCE
+from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load

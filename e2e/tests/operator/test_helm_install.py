@@ -21,7 +21,10 @@ import pytest
 import yaml
 
 from e2e import build
-from e2e.controlplane import REPO_ROOT, ClusterConfig, ControlPlane, _free_ports, wait_for
+from e2e.controlplane import REPO_ROOT, ControlPlane
+from e2e.harness.config import ClusterConfig
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import _free_ports
 from e2e.operator_process import OperatorProcess, token_kubeconfig
 from e2e.tests.operator.test_webhook import INVALID as WEBHOOK_INVALID
 

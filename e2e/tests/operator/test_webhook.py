@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import REPO_ROOT, ControlPlane, _free_ports, wait_for
+from e2e.controlplane import REPO_ROOT, ControlPlane
+from e2e.harness.poll import wait_for
+from e2e.harness.processes import _free_ports
 from e2e.operator_process import OperatorProcess
 from pooling_operator.handlers.admission import WEBHOOK_PATHS
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane, Fatal, wait_for
+from e2e.controlplane import ControlPlane
+from e2e.harness.poll import Fatal, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import PodRunner, placed

@@ -18,7 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import ControlPlane
+from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.realvllm import runtime

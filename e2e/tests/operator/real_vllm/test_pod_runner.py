@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_for
+from e2e.controlplane import ControlPlane
+from e2e.harness.poll import wait_for
 from e2e.realvllm.runner_process import PLACEMENT, PodRunner
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
