@@ -1,0 +1,164 @@
+"""Every refusal reason through the reconcile itself (reconcile/flow.py), fast: a recording client answers as
+the API server would and remembers every request; the cache's indexes are plain dicts. The same reasons run
+on the real control plane in e2e/tests/operator/."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from pooling_operator.k8s.api import ApiError
+from pooling_operator.k8s.cache import Cache, owner_key, project
+from pooling_operator.reconcile import Context, InvalidSpec, Reconciles
+from pooling_operator.status import conditions as C
+from pooling_operator.status.services import embedding_fingerprint
+from pooling_operator.vllm.validate import validate
+from tests.factories import policy, pooling
+
+
+class Recording:
+    """The API as the reconcile sees it: writes answered with a uid and resourceVersion, every request kept,
+    and a 422 for the kinds it is told to refuse (as the API server refuses a bad toleration)."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.refuse = refuse
+        self.applied: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.deleted: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.rv = itertools.count(100)
+
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
+        if subresource == "status":
+            self.statuses.append(copy.deepcopy(obj["status"]))
+        else:
+            if obj["kind"] in self.refuse:
+                raise ApiError(422, "Invalid", json.dumps({"message": f"{obj['kind']} is invalid: spec.template: forbidden"}))
+            self.applied.append(obj)
+        out = copy.deepcopy(obj)
+        out["metadata"].setdefault("uid", f"uid-{obj['kind']}-{obj['metadata']['name']}")
+        out["metadata"]["resourceVersion"] = str(next(self.rv))
+        return out
+
+    async def delete(self, obj: dict[str, Any]) -> None:
+        self.deleted.append(obj)
+
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    async def get(self, *args: Any) -> None:
+        return None
+
+    async def list(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
+def world(body: dict[str, Any], *, policies: list[dict[str, Any]] = (), namespace_labels: dict[str, str] | None = None,
+          refuse: tuple[str, ...] = ()) -> tuple[Reconciles, Recording, dict[str, Any]]:
+    body = copy.deepcopy(body)
+    body["metadata"].update(uid="svc-1", generation=2, resourceVersion="7")
+    kube = Recording(refuse)
+    cache = Cache(
+        owners={owner_key(body): [project(body)]},
+        children={},
+        policy_index={p["metadata"]["name"]: [dict(p, metadata={**p["metadata"], "resourceVersion": "1"})] for p in policies},
+        namespaces={"ns": [namespace_labels or {}]},
+    )
+    return Reconciles(Context(kube=kube, cache=cache)), kube, body  # type: ignore[arg-type]
+
+
+def refused(body: dict[str, Any], **kw: Any) -> tuple[dict[str, Any], Recording]:
+    """Reconcile once; it must refuse. The status it wrote, and the client."""
+    reconciles, kube, body = world(body, **kw)
+
+    async def main() -> None:
+        with pytest.raises(InvalidSpec):
+            await reconciles.reconcile(body)
+        await reconciles.ctx.events.drain()
+
+    asyncio.run(main())
+    [status] = kube.statuses
+    return status, kube
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def assert_refused(status: dict[str, Any], kube: Recording, reason: str, path: str, *, applied: bool = False) -> None:
+    valid = cond(status, C.SPEC_VALID)
+    assert (valid["status"], valid["reason"]) == ("False", reason), valid
+    assert path in valid["message"], valid["message"]
+    assert cond(status, C.READY)["status"] == "False"
+    assert not kube.deleted  # a refusal deletes nothing
+    if not applied:
+        assert kube.applied == []  # nor applies anything
+    assert any(r == reason and t == "Warning" for t, r, _ in kube.events), kube.events  # the flip is announced
+
+
+def test_invalid_spec() -> None:
+    status, kube = refused(pooling({"pooling": {"type": "ALL"}}))
+    assert_refused(status, kube, C.INVALID_SPEC, "spec.pooling.type")
+
+
+def test_a_child_the_api_server_refuses() -> None:
+    status, kube = refused(pooling({"embeddingSpace": "v1"}), refuse=("Deployment",))
+    assert_refused(status, kube, C.CHILD_REJECTED, "the API server refused a child object", applied=True)
+    assert "forbidden" in cond(status, C.SPEC_VALID)["message"]
+
+
+def test_the_embedding_space_changed_without_a_new_label() -> None:
+    before = validate(pooling({"embeddingSpace": "v1"})).resource
+    body = pooling({"embeddingSpace": "v1", "pooling": {"type": "CLS"}})
+    body["status"] = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(before)}}  # type: ignore[arg-type]
+    status, kube = refused(body)
+    assert_refused(status, kube, C.EMBEDDING_SPACE_CHANGED, "spec.embeddingSpace")
+    assert status["embeddingSpace"] == body["status"]["embeddingSpace"]  # still protecting the index
+
+
+def test_a_policy_that_does_not_select_the_namespace() -> None:
+    p = policy({"namespaceSelector": {"matchLabels": {"team": "a"}}}, name="team-a")
+    body = pooling({"autoscaling": {"maxReplicas": 2, "policyRef": {"name": "team-a"}}})
+    status, kube = refused(body, policies=[p], namespace_labels={"team": "b"})
+    assert_refused(status, kube, C.POLICY_NOT_ALLOWED, "spec.autoscaling.policyRef.name")
+
+
+def test_a_backend_the_policy_switched_off() -> None:
+    p = policy({"allowedBackends": ["operator"]}, name="strict")
+    body = pooling({"autoscaling": {"maxReplicas": 2, "backend": "keda", "policyRef": {"name": "strict"}}})
+    status, kube = refused(body, policies=[p])
+    assert_refused(status, kube, C.INVALID_SPEC, "spec.autoscaling.backend")
+    assert "allowed: operator" in cond(status, C.SPEC_VALID)["message"]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "the namespace's default"])
+def test_a_policy_that_breaks_its_own_rules_is_followed_by_no_service(named: bool) -> None:
+    broken = policy({"default": True, "allowedBackends": []}, name="broken")
+    autoscaling: dict[str, Any] = {"maxReplicas": 2, **({"policyRef": {"name": "broken"}} if named else {})}
+    status, kube = refused(pooling({"autoscaling": autoscaling}), policies=[broken])
+    assert_refused(status, kube, C.POLICY_INVALID, "spec.autoscaling")
+    assert "AutoscalingPolicy 'broken'" in cond(status, C.SPEC_VALID)["message"]
+    assert "spec.allowedBackends" in cond(status, C.SPEC_VALID)["message"]  # what is wrong with it
+
+
+def test_a_valid_spec_converges_and_writes_ready_false_until_pods_are_ready() -> None:
+    """The refusals' counterpart: the same client, a valid spec, every child applied once."""
+    reconciles, kube, body = world(pooling())
+
+    async def main() -> dict[str, Any]:
+        status = await reconciles.reconcile(body)
+        await reconciles.ctx.events.drain()
+        return status
+
+    status = asyncio.run(main())
+    assert sorted(o["kind"] for o in kube.applied) == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert cond(status, C.SPEC_VALID)["status"] == "True"
+    assert status["effective"]["args"][:2] == ["vllm", "serve"]  # the plan's command line, not read back
