@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
@@ -35,7 +36,7 @@ class Workload:
     def served_name(self) -> str:
         return self.model.served_name or self.name
 
-    @property
+    @cached_property
     def version(self) -> str:
         """The contract version whose rules apply (the newest supported when engine.version and the image tag
         name none: its own problem is reported, the other rules still judge)."""
@@ -51,7 +52,7 @@ class Workload:
             return archs
         return self.model.hints.architectures if self.model.hints else None
 
-    @property
+    @cached_property
     def facts(self) -> ModelFacts | None:
         """What the version's registry says of the first architecture."""
         return facts(self.architectures, self.version)
