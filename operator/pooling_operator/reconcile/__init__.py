@@ -24,7 +24,8 @@ from pooling_operator.reconcile.context import (
 )
 from pooling_operator.reconcile.flow import Kind, run
 from pooling_operator.reconcile.jobs import JOBS
-from pooling_operator.reconcile.policies import PolicySet, policy_counts, policy_set, reconcile_policies
+from pooling_operator.reconcile.policies import policy_counts, reconcile_policies
+from pooling_operator.reconcile.policyset import PolicySet, policy_set
 from pooling_operator.reconcile.services import SERVICES
 from pooling_operator.reconcile.state import Memory
 

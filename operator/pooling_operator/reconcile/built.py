@@ -5,38 +5,18 @@ holds (the contract, the workload view, the vLLM command line)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders import BuildContext, Plan, plan
+from pooling_operator.builders import BuildContext, plan
 from pooling_operator.builders.diff import with_hash
-from pooling_operator.reconcile.policies import PolicySet
-from pooling_operator.reconcile.state import Memory
+from pooling_operator.reconcile.policyset import PolicySet
+from pooling_operator.reconcile.state import Built, Memory
 from pooling_operator.status import conditions as C
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
-
-
-@dataclass(frozen=True)
-class Built:
-    """A resource's spec validated and planned, for the inputs in `key`, `policies` and `labels`."""
-
-    key: tuple[Any, ...]
-    policies: PolicySet
-    labels: dict[str, str] | None
-    resource: PoolingService | ScoringService | HiddenStateJob | None
-    problems: list[Problem]  # the spec's own
-    policy: AutoscalingPolicySpec | None = None
-    policy_problems: list[Problem] = field(default_factory=list)
-    policy_reason: str = C.POLICY_NOT_ALLOWED
-    plan: Plan | None = None
-    desired: list[dict[str, Any]] = field(default_factory=list)  # the plan's objects with their applied-hash annotation
-
-    def fits(self, key: tuple[Any, ...], policies: PolicySet, labels: dict[str, str] | None) -> bool:
-        return self.key == key and self.policies.version == policies.version and self.labels == labels
 
 
 def built(

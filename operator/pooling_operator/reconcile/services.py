@@ -20,7 +20,7 @@ from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
-from pooling_operator.reconcile.policies import PolicySet
+from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions as C
 from pooling_operator.status.services import degraded_by_time, embedding_fingerprint, service_status

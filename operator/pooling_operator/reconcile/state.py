@@ -1,14 +1,38 @@
-"""The reconcile's memory of each object: one owner for every piece of per-object state the reconcile keeps,
+"""The reconcile's memory of each object (what its spec was judged and planned to, `Built`): one owner for every piece of per-object state the reconcile keeps,
 dropped with one `forget(uid)` when the object goes. (The runtime keeps its own: settled keys and retry counts;
 the cache its recent writes; the autoscaler the services it follows.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from pooling_operator.reconcile.built import Built
+from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.api.problems import Problem
+from pooling_operator.builders import Plan
+from pooling_operator.reconcile.policyset import PolicySet
+from pooling_operator.status import conditions as C
+
+
+@dataclass(frozen=True)
+class Built:
+    """A resource's spec validated and planned, for the inputs in `key`, `policies` and `labels`."""
+
+    key: tuple[Any, ...]
+    policies: PolicySet
+    labels: dict[str, str] | None
+    resource: PoolingService | ScoringService | HiddenStateJob | None
+    problems: list[Problem]  # the spec's own
+    policy: AutoscalingPolicySpec | None = None
+    policy_problems: list[Problem] = field(default_factory=list)
+    policy_reason: str = C.POLICY_NOT_ALLOWED
+    plan: Plan | None = None
+    desired: list[dict[str, Any]] = field(default_factory=list)  # the plan's objects with their applied-hash annotation
+
+    def fits(self, key: tuple[Any, ...], policies: PolicySet, labels: dict[str, str] | None) -> bool:
+        return self.key == key and self.policies.version == policies.version and self.labels == labels
+
 
 Mark = tuple[str, str]  # (resourceVersion, applied-hash) of a child found equal to what we want
 
