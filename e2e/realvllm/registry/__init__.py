@@ -40,14 +40,16 @@ otherwise lacks.
 
 Only the standard library is imported outside ``--runtime`` and ``--transformers-out``.
 
-The modules, one concern each (the abstract interpreter first, then what is read with it, then the modes):
+The modules, one concern each (the abstract interpreter first, bottom up, then what is read with it, then the
+modes). The interpreter's modules import only downwards, tree <- values <- classes <- pybuiltins, interfaces <-
+interp: what a lower one needs of the interpreter it is handed (``values.Interpreter``), never imports.
 
-- ``values``             the interpreter's values, thunks and scopes, and the operators on values
 - ``tree``               the vLLM source tree parsed with ``ast``: modules, bindings, CUDA's platform branches
-- ``classes``            classes of the tree: members, decorator attributes, the C3 MRO
-- ``interp``             the abstract interpreter: expressions, calls, ``__init__`` run abstractly
+- ``values``             the interpreter's values, thunks and scopes, and the operators on values
+- ``classes``            classes of the tree: members, decorator attributes, the C3 MRO, lookup along an MRO
 - ``pybuiltins``         the Python builtins the interpreter knows
 - ``interfaces``         vLLM's ``interfaces_base`` rules on the class model (``is_vllm_model``)
+- ``interp``             the abstract interpreter: expressions, calls, ``__init__`` run abstractly
 - ``reader``             what vLLM makes of a class: registry, ``_ModelInfo`` facts, adapters, pooler and tasks
 - ``remote_code``        which architectures need ``--trust-remote-code``, and why
 - ``table``              ``--runner auto`` per name, one entry per name, the document

@@ -1,18 +1,15 @@
 """The classes and functions of the vLLM tree as the interpreter models them: a class's members, the class
-attributes its decorators set, and its C3 MRO over the resolved bases; the static scope of a function the
-interpreter did not run."""
+attributes its decorators set, its C3 MRO over the resolved bases, and a name's lookup along an MRO; the static
+scope of a function the interpreter did not run. What a class evaluates (its bases, its decorators) it asks of
+the interpreter it is given (``values.Interpreter``)."""
 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .tree import collect
-from .values import ClassV, ExternalV, FuncV, Inst, Scope, Thunk, known
-
-if TYPE_CHECKING:
-    from .interp import Interp
-    from .tree import Mod
+from .tree import Mod, collect
+from .values import ClassV, ExternalV, FuncV, Inst, Interpreter, Scope, Thunk, known
 
 
 class Func:
@@ -27,7 +24,7 @@ class Cls:
     """A class of the vLLM tree. ``env`` is the scope of the function it is defined in (the adapters'
     classes inside ``as_embedding_model`` & co.); ``mro`` may be handed in from a real class (runtime)."""
 
-    def __init__(self, interp: Interp, mod: Mod, node: ast.ClassDef, env: Scope | None, qualname: str):
+    def __init__(self, interp: Interpreter, mod: Mod, node: ast.ClassDef, env: Scope | None, qualname: str):
         self.interp, self.mod, self.node, self.env, self.qualname = interp, mod, node, env, qualname
         self._mro: list[Cls | ExternalV] | None = None
         self._deco_attrs: dict[str, Thunk] | None = None
@@ -112,10 +109,25 @@ def c3(seqs: list[list[Cls | ExternalV]]) -> list[Cls | ExternalV]:
 NN_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 
 
+def member(mro: list[Cls | ExternalV], name: str, start: int = 0) -> tuple[Cls | ExternalV, Any] | None:
+    """Where ``name`` is found along ``mro`` from ``start``: the class and its member (a statement, or a
+    decorator's thunk); ``nn.Module`` has ``__init__`` and ``forward``."""
+    for c in mro[start:]:
+        if isinstance(c, ExternalV):
+            if c.dotted in NN_MODULE and name in ("__init__", "forward"):
+                return c, name
+            continue
+        if name in c.deco_attrs():
+            return c, c.deco_attrs()[name]
+        if name in c.members:
+            return c, c.members[name]
+    return None
+
+
 class StaticScope(Scope):
     """The names of a function the interpreter did not run (a class's enclosing function, for runtime MROs)."""
 
-    def __init__(self, interp: Interp, mod: Mod, fn: ast.FunctionDef, parent: Scope | None):
+    def __init__(self, interp: Interpreter, mod: Mod, fn: ast.FunctionDef, parent: Scope | None):
         super().__init__(interp, mod, parent)
         names: dict[str, Any] = {}
         collect(fn.body, names)

@@ -1,14 +1,15 @@
 """The abstract interpreter: evaluates expressions of the vLLM source to values, runs functions and
 ``__init__``s abstractly (assignments become thunks, evaluated only when read), and follows names through
 imports, ``from x import *`` and lazy packages. Enough Python to follow ``self.pooler = ...`` into a pooler
-factory and to evaluate its ``get_supported_tasks()``."""
+factory and to evaluate its ``get_supported_tasks()``. The top of the interpreter's modules: the values, the
+class model, the builtins and vLLM's intercepted helpers below it are handed this interpreter, none imports it."""
 
 from __future__ import annotations
 
 import ast
 from typing import Any
 
-from .classes import NN_MODULE, Cls, Func, key
+from .classes import Cls, Func, key, member
 from .interfaces import INTERCEPTS
 from .pybuiltins import Builtins
 from .tree import Mod, Tree, collect, platform_test
@@ -126,20 +127,8 @@ class Interp(Builtins):
         return v
 
     # ---------------------------------------------------------------- class members
-    def member(self, mro: list[Cls | ExternalV], name: str, start: int = 0) -> tuple[Cls | ExternalV, Any] | None:
-        for c in mro[start:]:
-            if isinstance(c, ExternalV):
-                if c.dotted in NN_MODULE and name in ("__init__", "forward"):
-                    return c, name
-                continue
-            if name in c.deco_attrs():
-                return c, c.deco_attrs()[name]
-            if name in c.members:
-                return c, c.members[name]
-        return None
-
     def class_attr(self, mro: list[Cls | ExternalV], name: str, default: Any) -> Any:
-        found = self.member(mro, name)
+        found = member(mro, name)
         if found is None:
             return default
         c, m = found
@@ -171,17 +160,17 @@ class Interp(Builtins):
         if isinstance(obj, (Inst, AnyOf)):
             if isinstance(obj, Inst) and name in obj.attrs:
                 return obj.attrs[name].value()
-            found = self.member(obj.cls.mro, name)
+            found = member(obj.cls.mro, name)
             return self.member_value(*found, obj) if found else Unknown(f".{name}")
         if isinstance(obj, ClassV):
             if name == "__name__":
                 return Const(obj.cls.node.name)
-            found = self.member(obj.cls.mro, name)
+            found = member(obj.cls.mro, name)
             return self.member_value(*found, obj) if found else Unknown(f".{name}")
         if isinstance(obj, SuperV):
             mro = obj.obj.cls.mro if isinstance(obj.obj, (Inst, AnyOf)) else obj.owner.mro
             idx = next((i for i, c in enumerate(mro) if key(c) == key(obj.owner)), 0)
-            found = self.member(mro, name, idx + 1)
+            found = member(mro, name, idx + 1)
             return self.member_value(*found, obj.obj) if found else Unknown(f"super().{name}")
         if isinstance(obj, ModuleV):
             return self.global_(obj.mod, name)
@@ -274,7 +263,7 @@ class Interp(Builtins):
         if isinstance(f, FuncV):
             hook = INTERCEPTS.get((f.fn.mod.rel, f.fn.node.name))
             if hook is not None:
-                return hook(self, [a.value() for a in args])
+                return hook([a.value() for a in args])
             return self.run(f, args, kwargs)[0]
         if isinstance(f, ExternalV) and f.dotted.rsplit(".", 1)[-1] == "get_args":
             return self._b_get_args(*args)
@@ -282,7 +271,7 @@ class Interp(Builtins):
 
     def construct(self, cls: Cls, args: list[Thunk], kwargs: dict[str, Thunk], track: bool = False) -> Inst:
         inst = Inst(cls, track)
-        found = self.member(cls.mro, "__init__")
+        found = member(cls.mro, "__init__")
         if found and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(found[0], Cls):
             self.run(FuncV(Func(found[0].mod, found[1], found[0].env, found[0]), inst), args, kwargs)  # type: ignore[arg-type]
         return inst

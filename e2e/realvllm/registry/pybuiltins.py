@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .classes import key
+from .classes import key, member
 from .values import (
     AnyOf,
     BuiltinV,
@@ -24,8 +24,11 @@ _MISSING = object()
 
 
 class Builtins:
-    """Mixed into ``Interp``: its ``builtins`` are these ``_b_<name>`` methods, which use its ``member`` and
-    ``attr``."""
+    """Mixed into ``Interp``: its ``builtins`` are these ``_b_<name>`` methods; ``getattr`` reads through the
+    interpreter's ``attr``, which the class mixed into must define."""
+
+    def attr(self, obj: V, name: str) -> V:
+        raise NotImplementedError
 
     def _b_set(self, x: Thunk | None = None) -> V:
         if x is None:
@@ -49,9 +52,9 @@ class Builtins:
         if not isinstance(n, Const):
             return Unknown("getattr")
         o = obj.value()
-        if isinstance(o, Inst) and n.value not in o.attrs and self.member(o.cls.mro, n.value) is None:
+        if isinstance(o, Inst) and n.value not in o.attrs and member(o.cls.mro, n.value) is None:
             return default.value() if default else Unknown("getattr")
-        if isinstance(o, ClassV) and self.member(o.cls.mro, n.value) is None:
+        if isinstance(o, ClassV) and member(o.cls.mro, n.value) is None:
             return default.value() if default else Unknown("getattr")
         return self.attr(o, n.value)
 

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .classes import Cls, StaticScope
+from .classes import Cls, StaticScope, member
 from .interfaces import static_is_vllm_model
 from .interp import Interp
 from .tree import Tree
@@ -129,7 +129,7 @@ class Reader:
     # ---------------------------------------------------------------- class facts (static)
     def facts(self, cls: Cls) -> dict[str, Any]:
         i, mro = self.interp, cls.mro
-        vllm_model = static_is_vllm_model(i, mro)
+        vllm_model = static_is_vllm_model(mro)
         score_types = set()
         for c in mro:
             if isinstance(c, Cls):
@@ -137,7 +137,7 @@ class Reader:
                 if st != "bi-encoder":
                     score_types.add(st)
         return {
-            "generate": vllm_model and i.member(mro, "compute_logits") is not None,
+            "generate": vllm_model and member(mro, "compute_logits") is not None,
             "pooling": vllm_model and i.class_attr(mro, "is_pooling_model", False) is True,
             "attn": i.class_attr(mro, "attn_type", "decoder"),
             "seq_pooling": i.class_attr(mro, "default_seq_pooling_type", "LAST"),

@@ -1,17 +1,44 @@
 """The values of the abstract interpreter: what an expression evaluates to (``V`` and its kinds), thunks (an
 expression and its scope, evaluated at most once, on demand), the scopes names are bound in, and the operators
-on values (truth, comparison, arithmetic on constants)."""
+on values (truth, comparison, arithmetic on constants).
+
+The bottom of the interpreter's modules (values <- classes <- pybuiltins, interfaces <- interp): what a value
+or a scope needs of the interpreter and of the class model above it is said here, as protocols, and handed in.
+"""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .classes import Cls, Func
-    from .interp import Interp
-    from .tree import Mod
+from .tree import Mod
+
+
+class Interpreter(Protocol):
+    """What the values and the class model ask of the interpreter (``interp.Interp``); each ``Scope`` holds it."""
+
+    def eval(self, e: ast.expr, scope: Scope) -> V: ...
+
+    def global_(self, mod: Mod, name: str) -> V: ...
+
+    def call(self, f: V, args: list[Thunk], kwargs: dict[str, Thunk]) -> V: ...
+
+    def module_scope(self, mod: Mod) -> Scope: ...
+
+    def binding_thunk(self, mod: Mod, b: Any, scope: Scope) -> Thunk: ...
+
+
+class ClassModel(Protocol):
+    """A class of the vLLM tree as values hold it (``classes.Cls``): here only its name is read."""
+
+    qualname: str
+
+
+class FuncModel(Protocol):
+    """A function of the vLLM tree as values hold it (``classes.Func``): here only its node is read."""
+
+    node: ast.FunctionDef
 
 
 class V:
@@ -56,7 +83,7 @@ class ModuleV(V):
 
 
 class ClassV(V):
-    def __init__(self, cls: Cls):
+    def __init__(self, cls: ClassModel):
         self.cls = cls
 
     def __repr__(self) -> str:
@@ -64,7 +91,7 @@ class ClassV(V):
 
 
 class FuncV(V):
-    def __init__(self, fn: Func, bound: V | None = None):
+    def __init__(self, fn: FuncModel, bound: V | None = None):
         self.fn, self.bound = fn, bound
 
     def __repr__(self) -> str:
@@ -79,7 +106,7 @@ class BuiltinV(V):
 class Inst(V):
     """An instance of a vLLM class; ``attrs`` are what its ``__init__`` assigned (thunks, evaluated lazily)."""
 
-    def __init__(self, cls: Cls, track: bool = False):
+    def __init__(self, cls: ClassModel, track: bool = False):
         self.cls, self.attrs = cls, {}
         self.track = track  # the model under study: its pooler assignments are recorded
         self.pooler_sites: list[Thunk] = []
@@ -91,7 +118,7 @@ class Inst(V):
 class AnyOf(V):
     """An instance of ``cls`` or a subclass, known only by a return annotation."""
 
-    def __init__(self, cls: Cls):
+    def __init__(self, cls: ClassModel):
         self.cls = cls
 
 
@@ -101,7 +128,7 @@ class DictV(V):
 
 
 class SuperV(V):
-    def __init__(self, owner: Cls, obj: V):
+    def __init__(self, owner: ClassModel, obj: V):
         self.owner, self.obj = owner, obj
 
 
@@ -163,7 +190,7 @@ class Exec:
 
 
 class Scope:
-    def __init__(self, interp: Interp, mod: Mod, parent: Scope | None = None, owner: Cls | None = None):
+    def __init__(self, interp: Interpreter, mod: Mod, parent: Scope | None = None, owner: ClassModel | None = None):
         self.interp, self.mod, self.parent, self.owner = interp, mod, parent, owner
         self.vars: dict[str, Thunk] = {}
 
@@ -190,7 +217,7 @@ def scope_self(scope: Scope) -> V:
     return Unknown("self")
 
 
-def scope_owner(scope: Scope) -> Cls:
+def scope_owner(scope: Scope) -> ClassModel:
     s: Scope | None = scope
     while s is not None:
         if s.owner is not None:
