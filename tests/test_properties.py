@@ -29,6 +29,7 @@ from pooling_operator.api.policy import policy_for
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.validate import validate
+from tests.factories import pooling
 from tests.properties_support import (
     EXAMPLES_PER_KIND,
     KINDS,
@@ -173,3 +174,23 @@ def test_hidden_state_job_name_leaves_room_for_the_index() -> None:
 
     result = validate(hidden_states(name="a" * 63))  # 4 shards: pods need "a" * 63 + "-3"
     assert "metadata.name" in [p.path for p in result.errors], result.problems
+
+
+@pytest.mark.parametrize(("over", "path", "want"), [
+    ({"replicas": 2.0}, ("replicas",), 2),
+    ({"template": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -0.0}]}},
+     ("template", "tolerations", 0, "toleration_seconds"), 0),
+    ({"resources": {"cpu": 4.0}}, ("resources", "cpu"), 4),
+])
+def test_a_whole_float_is_an_integer_as_the_api_server_reads_it(over: dict[str, Any], path: tuple[Any, ...], want: int) -> None:
+    """Found by the API-server tier (a generated toleration with tolerationSeconds -0.0 was admitted there and
+    refused here): the API server admits a whole float where the schema says integer; validate does too."""
+    result = validate(pooling(over))
+    assert result.ok, [str(p) for p in result.errors]
+    node: Any = result.resource.spec  # type: ignore[union-attr]
+    for step in path:
+        node = node[step] if isinstance(step, int) else getattr(node, step)
+    assert node == want and isinstance(node, int)
+    assert not validate(pooling({"replicas": 2.5})).ok
+    kept = validate(pooling({"model": {"hfOverrides": {"head_dtype": "model", "x": 1.0}}})).resource
+    assert kept.spec.model.hf_overrides["x"] == 1.0 and isinstance(kept.spec.model.hf_overrides["x"], float)  # type: ignore[union-attr]

@@ -38,7 +38,8 @@ children the API server refuses (KNOWN_CHILD_REFUSALS):
 Found by this test and fixed (tests/test_properties.py pins each): a key named like a pydantic union-branch tag
 crashed validate; lax type coercion ("3" for an integer, 0 for false); a quantity with a trailing newline;
 tolerationSeconds past int64; CEL rules reading minReplicas / shards when left out; a HiddenStateJob name that
-leaves no room for the shard index.
+leaves no room for the shard index; a whole float (-0.0, 2.0) where the schema says integer, which the API
+server admits as an integer and validate refused.
 """
 
 from __future__ import annotations

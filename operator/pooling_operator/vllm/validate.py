@@ -5,8 +5,10 @@ Used alike by the `validate` CLI, `render`, and the reconcile's parse step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 from pooling_operator import API_VERSION, MAX_NESTING
 from pooling_operator.api import KINDS, AnyResource
 from pooling_operator.api import messages as M
+from pooling_operator.api.crd import crd
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem, from_validation_error, nesting_problem, shown
 from pooling_operator.vllm.contract import Contract
@@ -66,12 +69,37 @@ def parse(obj: Any) -> Result:
     if deep is not None:
         return Result(kind, name, None, [deep])
     try:
-        resource = info.model.model_validate(dict(obj))
+        resource = info.model.model_validate(integral_numbers(dict(obj), _schema(kind)))
     except ValidationError as exc:
         problems = from_validation_error(exc, info.model, data=obj)
         problems = [Problem(p.path, NAME_MESSAGE, p.severity) if p.path == "metadata.name" else p for p in problems]
         return Result(kind, name, None, problems)
     return Result(kind, name, resource)  # type: ignore[arg-type]
+
+
+@cache
+def _schema(kind: str) -> dict[str, Any]:
+    return crd(KINDS[kind])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def integral_numbers(value: Any, schema: Mapping[str, Any] | None) -> Any:
+    """The value with every float that is a whole number (2.0, -0.0) made an int where the CRD's schema says
+    integer (or int-or-string), as the API server reads JSON numbers: it admits 2.0 as an integer, so validate
+    does too. Elsewhere (free-form objects such as hfOverrides) nothing is touched."""
+    if schema is None:
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and (
+        schema.get("type") == "integer" or schema.get("x-kubernetes-int-or-string")
+    ):
+        return int(value)
+    if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
+        props = schema["properties"]
+        return {k: integral_numbers(v, props.get(k)) for k, v in value.items()}
+    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), Mapping):
+        return {k: integral_numbers(v, schema["additionalProperties"]) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [integral_numbers(v, schema["items"]) for v in value]
+    return value
 
 
 def validate(
