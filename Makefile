@@ -39,7 +39,10 @@ demo-down: ## Stop the demo's operator and control plane
 test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, unit, control-plane, operator and real_vllm tiers
 	@echo "==> control-plane binaries and the vLLM runtime (built in parallel, cached outside the clone)"
 	@$(MAKE) --no-print-directory -j2 cluster-build vllm-runtime-or-skip
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@echo "==> unit tier, on both cores (pytest-xdist)"
+	$(PY) -m pytest tests -n 2 $(PYTEST_ARGS)
+	@echo "==> control-plane, operator and real_vllm tiers"
+	$(PY) -m pytest e2e/tests $(PYTEST_ARGS)
 
 .PHONY: vllm-runtime-or-skip
 vllm-runtime-or-skip: venv

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,22 @@ def data_file(name: str) -> Path:
     path = DATA / name
     assert path.exists(), f"{path} is missing"
     return path
+
+
+@pytest.fixture
+def tally(record_property: Any) -> Any:
+    """tally(outcome, case): count an oracle case; the report carries it, so the count is the same whether the
+    tier runs in one process or across xdist workers (the controller adds them up below)."""
+    return lambda outcome, case: record_property("oracle", f"{outcome}:{case}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
+        if key == "oracle":
+            outcome, case = str(value).split(":", 1)
+            ORACLE_TALLY.setdefault(outcome, []).append(case)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -610,7 +610,8 @@ _DRAWN: dict[str, list[str]] = {}  # kind -> what a passing default run of for_e
 def for_each_resource(kind: str, check: Any, max_examples: int = EXAMPLES_PER_KIND) -> None:
     """Run ``check(obj)`` on ``max_examples`` drawn resources of ``kind`` (hypothesis shrinks a failure).
     Both tiers call this one function, so with derandomize they see the same resources; a passing run with the
-    default count is remembered, so the API-server tier of the same pytest session reuses its draws."""
+    default count is remembered, so an API-server tier in the same pytest session reuses its draws (`make test` runs
+    the unit tier in a session of its own, on both cores, so there the API-server tier draws them afresh)."""
     drawn: list[str] = []
 
     @settings(PROPERTY_SETTINGS, max_examples=max_examples)

@@ -19,7 +19,7 @@ from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 from tests import vllm_argv
-from tests.conftest import ORACLE_TALLY, data_file
+from tests.conftest import data_file
 from tests.factories import merge, resource
 
 MAPPING = yaml.safe_load((Path(__file__).parent / "oracle" / "mapping.yaml").read_text())
@@ -55,10 +55,10 @@ def oracle_view(case: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case_id", sorted(ORACLE))
-def test_oracle_case(case_id: str) -> None:
+def test_oracle_case(case_id: str, tally: Any) -> None:
     entry = MAPPING["cases"][case_id]
     if "na" in entry:
-        ORACLE_TALLY.setdefault("na", []).append(case_id)
+        tally("na", case_id)
         pytest.skip(f"n/a: {entry['na']}")
     case = ORACLE[case_id]
     base = MAPPING["bases"][entry["base"]]
@@ -71,15 +71,15 @@ def test_oracle_case(case_id: str) -> None:
         assert problem.path and problem.message, problem
 
     if final == "unknown":
-        ORACLE_TALLY.setdefault("unknown", []).append(case_id)
+        tally("unknown", case_id)
     elif "stricter" in entry:
         assert (ours, final) == ("reject", "accept"), f"{case_id} is marked stricter: {result.problems}"
-        ORACLE_TALLY.setdefault("stricter", []).append(case_id)
+        tally("stricter", case_id)
     else:
         if ours != final:
-            ORACLE_TALLY.setdefault("disagree", []).append(case_id)
+            tally("disagree", case_id)
         assert ours == final, f"{case_id}: vLLM {final}s, we {ours}: {[str(p) for p in result.errors]}"
-        ORACLE_TALLY.setdefault("agree", []).append(case_id)
+        tally("agree", case_id)
 
     if ours == "accept":
         c = contract("0.32")

@@ -1,7 +1,7 @@
 """The real API server (schema + CEL of crds/) against `validate` on 1,000 generated resources per kind.
 
 The resources are the unit tier's (tests/properties_support.py: `corpus` gives exactly what
-tests/test_properties.py checked in the same session, or draws the same again), each sent as a server-side
+tests/test_properties.py checked when they share a session, or draws them afresh), each sent as a server-side
 dry-run create (``dryRun=All``, ``fieldValidation=Strict``, as `kubectl apply --dry-run=server --validate=strict`)
 into the test's namespace; a namespaced resource's ``metadata.namespace`` is set to it first, and validate judges
 that same object. For each we record (validate ok?, API server ok?) and assert that every disagreement is in a
