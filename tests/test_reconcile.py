@@ -162,3 +162,32 @@ def test_a_valid_spec_converges_and_writes_ready_false_until_pods_are_ready() ->
     assert sorted(o["kind"] for o in kube.applied) == ["Deployment", "PodDisruptionBudget", "Service"]
     assert cond(status, C.SPEC_VALID)["status"] == "True"
     assert status["effective"]["args"][:2] == ["vllm", "serve"]  # the plan's command line, not read back
+
+
+def test_startup_is_measured_once_per_pod_and_not_again_after_a_restart() -> None:
+    """Two pods Ready 60 and 90 s after creation: status.startup carries both once, however many reconciles
+    follow; a new operator (restart) with the same status and pods counts nothing again; a third pod counts."""
+
+    def pod(uid: str, seconds: int) -> dict[str, Any]:
+        return {"kind": "Pod", "metadata": {"uid": uid, "name": uid, "namespace": "ns", "creationTimestamp": "2026-12-01T10:00:00Z",
+                                             "labels": {"app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": "pooling-service"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": f"2026-12-01T10:0{seconds // 60}:{seconds % 60:02d}Z"}]}}
+
+    reconciles, _, body = world(pooling())
+    key = owner_key(body)
+    reconciles.ctx.cache.children = {"Pod": {key: [pod("p1", 60), pod("p2", 90)]}}
+
+    async def twice(r: Reconciles, b: dict[str, Any]) -> dict[str, Any]:
+        first = await r.reconcile(b)
+        second = await r.reconcile({**b, "status": first})
+        await r.ctx.events.drain()
+        return second
+
+    status = asyncio.run(twice(reconciles, body))
+    assert status["startup"] == {"lastSeconds": 90.0, "typicalSeconds": 75.0, "samples": 2}
+    restarted = Reconciles(reconciles.ctx)  # a new replica: no memory, the same status and pods
+    again = asyncio.run(twice(restarted, {**body, "status": status}))
+    assert again["startup"] == status["startup"]
+    reconciles.ctx.cache.children = {"Pod": {key: [pod("p1", 60), pod("p2", 90), pod("p3", 30)]}}
+    third = asyncio.run(twice(restarted, {**body, "status": again}))
+    assert third["startup"] == {"lastSeconds": 30.0, "typicalSeconds": 60.0, "samples": 3}

@@ -238,3 +238,23 @@ def test_first_visit_announces_only_bad_news_and_validity() -> None:
     assert C.announced(None, first) == [("Warning", C.CHILD_REJECTED, "SpecValid is False: no")]
     later = [C.condition(C.READY, True, C.AVAILABLE, "1 of 1", 1), *first[1:]]
     assert C.announced(first, later) == [("Normal", C.AVAILABLE, "Ready is True: 1 of 1")]
+
+
+def _pod(uid: str, created: str, ready: str | None) -> dict[str, Any]:
+    conds = [{"type": "Ready", "status": "True", "lastTransitionTime": ready}] if ready else [{"type": "Ready", "status": "False"}]
+    return {"metadata": {"uid": uid, "name": uid, "creationTimestamp": created}, "status": {"conditions": conds}}
+
+
+def test_startup_is_measured_from_pod_created_to_ready() -> None:
+    from pooling_operator.status.startup import merged, pod_startups
+
+    pods = [_pod("b", "2026-12-01T10:00:00Z", "2026-12-01T10:01:30Z"), _pod("a", "2026-12-01T10:00:00Z", "2026-12-01T10:01:00Z"),
+            _pod("c", "2026-12-01T10:00:00Z", None)]
+    assert [(u, s) for u, s, _ in pod_startups(pods)] == [("a", 60.0), ("b", 90.0)]  # oldest Ready first; c not yet
+    first = merged(None, [60.0, 90.0])
+    assert first == {"lastSeconds": 90.0, "typicalSeconds": 75.0, "samples": 2}
+    assert merged(first, []) is first
+    many = first
+    for _ in range(40):
+        many = merged(many, [30.0])
+    assert many is not None and many["samples"] == 42 and abs(many["typicalSeconds"] - 30.0) < 0.5  # follows the recent ones

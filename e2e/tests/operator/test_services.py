@@ -413,6 +413,24 @@ def test_time_to_ready(cluster: ControlPlane, operator: OperatorProcess, namespa
     assert statistics.median(readies) < 30
 
 
+def test_startup_is_learned_from_the_pods(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """kwok holds each pod 5 s before it turns Ready (the model-loading stand-in): status.startup learns 5 s
+    within one second (the API's timestamps have whole seconds) and the operator's histogram holds each pod."""
+    from e2e.standin.exporters import READY_AFTER_ANNOTATION
+
+    apply(cluster, svc(namespace, name="slow", spec={"replicas": 2, "template": {"annotations": {READY_AFTER_ANNOTATION: "5s"}}}))
+
+    def learned() -> dict[str, Any] | None:
+        obj = ready(cluster, namespace, "slow")
+        st = ((obj or {}).get("status") or {}).get("startup") or {}
+        return st if st.get("samples") == 2 else None
+
+    st = wait_for(learned, timeout=60, what="status.startup with both pods")
+    assert abs(st["typicalSeconds"] - 5.0) <= 1.0 and abs(st["lastSeconds"] - 5.0) <= 1.0, st
+    series = f'vllm_pooling_operator_replica_startup_seconds_count{{kind="PoolingService",name="slow",namespace="{namespace}"}}'
+    assert f"{series} 2.0" in operator.metrics()
+
+
 def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
     """A free-form field (here a node-affinity operator) passes our schema but not the Deployment's."""
     # typed fields are refused at admission already (a toleration's effect is an enum in our schema)

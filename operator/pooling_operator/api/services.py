@@ -384,6 +384,19 @@ class AutoscalingStatus(Spec):
     reason: str | None = Field(default=None, description="Why the last decision was taken.")
 
 
+class StartupStatus(Spec):
+    """How long a new replica takes to serve, measured from the service's pods (created -> Ready): what the
+    autoscaler plans ahead by."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    last_seconds: float | None = Field(default=None, description="Start-up of the pod that became Ready last, seconds.")
+    typical_seconds: float | None = Field(
+        default=None, description="The typical start-up over the recent pods (a running mean of about the last 10), seconds."
+    )
+    samples: int | None = Field(default=None, description="Pods measured.")
+
+
 class ServiceStatus(StatusBase):
     """Observed state of a service."""
 
@@ -397,6 +410,7 @@ class ServiceStatus(StatusBase):
     )
     effective: Effective | None = Field(default=None, description=Effective.__doc__)
     autoscaling: AutoscalingStatus | None = Field(default=None, description=AutoscalingStatus.__doc__)
+    startup: StartupStatus | None = Field(default=None, description=StartupStatus.__doc__)
 
 
 class PoolingServiceStatus(ServiceStatus):

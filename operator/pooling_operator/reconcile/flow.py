@@ -52,9 +52,9 @@ class Kind(Protocol):
                      old_status: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The status from what is now observed, and whether to write it now (when not, `after` waits too)."""
 
-    async def after(self, ctx: Context, body: dict[str, Any], desired: Desired, status: dict[str, Any],
+    async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],
                     old_status: dict[str, Any]) -> None:
-        """What follows a reconcile that converged (the autoscaler told, warnings posted)."""
+        """What follows a status written (the autoscaler told, what was measured remembered, warnings posted)."""
 
 
 async def run(kind: Kind, ctx: Context, memory: Memory, policies: PolicySet, body: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +76,7 @@ async def run(kind: Kind, ctx: Context, memory: Memory, policies: PolicySet, bod
     if not write:
         return status  # held back for a moment (the kind says why); the next reconcile writes it
     await write_status(ctx, body, old_status, status)
-    await kind.after(ctx, body, desired, status, old_status)
+    await kind.after(ctx, memory, body, desired, status, old_status)
     return status
 
 

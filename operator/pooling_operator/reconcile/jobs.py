@@ -46,7 +46,7 @@ class Jobs:
                         if (e.get("involvedObject") or {}).get("uid") == job["metadata"].get("uid")]
         return job_status(resource, job, configmap, pods, refusals), True
 
-    async def after(self, ctx: Context, body: dict[str, Any], desired: Desired, status: dict[str, Any],
+    async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],
                     old_status: dict[str, Any]) -> None:
         return None
 

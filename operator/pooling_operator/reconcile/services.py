@@ -12,6 +12,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from prometheus_client import Histogram
+
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
@@ -24,8 +26,13 @@ from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions as C
 from pooling_operator.status.services import degraded_by_time, embedding_fingerprint, service_status
+from pooling_operator.status.startup import merged, pod_startups
 
 CATCH_UP_SECONDS = 10.0
+STARTUP = Histogram(
+    "vllm_pooling_operator_replica_startup_seconds", "Seconds from a replica's pod created to Ready.",
+    ["kind", "namespace", "name"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
+)
 CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject", "NetworkPolicy")
 
 
@@ -58,13 +65,21 @@ class Services:
         plan, resource = desired.built.plan, desired.built.resource
         assert plan is not None and isinstance(resource, PoolingService | ScoringService)
         deployment = current.get(("Deployment", meta["name"]))
-        status = service_status(resource, plan.contract, plan.argv, deployment, ctx.cache.pods_of(owner_key(body)), plan.workload)
+        pods = ctx.cache.pods_of(owner_key(body))
+        status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
+        fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
+        startup = merged(old_status.get("startup"), [s for _, s, _ in fresh])
+        if startup is not None:
+            status["startup"] = startup
         # Not written while the Deployment controller catches up: its own status update follows in a moment.
         return status, not controller_catching_up(memory, meta["uid"], deployment, old_status)
 
-    async def after(self, ctx: Context, body: dict[str, Any], desired: Desired, status: dict[str, Any],
+    async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],
                     old_status: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        for _, seconds, _ in _fresh_startups(memory, meta["uid"], ctx.cache.pods_of(owner_key(body)), old_status, count=True):
+            STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"]).observe(seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
         autoscaling = resource.spec.autoscaling
@@ -81,6 +96,28 @@ class Services:
                 "vLLM checks the API key only on /v1, /v2, /inference and /cohere; these routes answer without it: "
                 + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
             )
+
+
+def _fresh_startups(memory: Memory, uid: str, pods: list[dict[str, Any]], old_status: dict[str, Any], *,
+                    count: bool = False) -> list[tuple[str, float, Any]]:
+    """The start-ups of the service's Ready pods not measured before. The status step finds them (and keeps them
+    pending); with `count`, once that status is written, exactly those pending ones are measured. After a
+    restart the pods already there were measured by the replica that wrote the status: they are noted, not
+    counted again."""
+    if count:
+        fresh = memory.pending_startups.pop(uid, [])
+        alive = {pod_uid for pod_uid, _, _ in pod_startups(pods)}
+        memory.started[uid] = (memory.started.get(uid, set()) | {f[0] for f in fresh}) & (alive | {f[0] for f in fresh})
+        return fresh
+    seen = memory.started.get(uid)
+    present = pod_startups(pods)
+    if seen is None and old_status.get("startup"):
+        memory.started[uid] = {pod_uid for pod_uid, _, _ in present}
+        memory.pending_startups.pop(uid, None)
+        return []
+    fresh = [p for p in present if p[0] not in (seen or set())]
+    memory.pending_startups[uid] = fresh
+    return fresh
 
 
 def controller_catching_up(memory: Memory, uid: str, deployment: dict[str, Any] | None, old_status: dict[str, Any]) -> bool:

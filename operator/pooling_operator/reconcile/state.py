@@ -43,6 +43,8 @@ class Memory:
     verified: dict[str, dict[tuple[str, str], Mark]] = field(default_factory=dict)  # uid -> (kind, name) -> mark
     catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
+    started: dict[str, set[str]] = field(default_factory=dict)  # uid -> its pods' uids already measured (start-up)
+    pending_startups: dict[str, list[tuple[str, float, Any]]] = field(default_factory=dict)  # uid -> found, not yet written
 
     def knows(self, uid: str) -> bool:
         """The object was reconciled before (a new one goes ahead in the queue)."""
@@ -53,8 +55,11 @@ class Memory:
         self.built.pop(uid, None)
         self.verified.pop(uid, None)
         self.catching_up.pop(uid, None)
+        self.started.pop(uid, None)
+        self.pending_startups.pop(uid, None)
         self.warned = {w for w in self.warned if w[0] != uid}
 
     def sizes(self) -> dict[str, int]:
         return {"memo": len(self.built), "verified": len(self.verified), "catching_up": len(self.catching_up),
-                "warned": len(self.warned)}
+                "warned": len(self.warned), "started": len(self.started),
+                "pending_startups": len(self.pending_startups)}
