@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pooling_operator.autoscaling.decide import Budget
-from pooling_operator.autoscaling.loop import autoscaled, held_by_autoscaled, owner_gpus
+from pooling_operator.autoscaling.loop import autoscaled, held_by_autoscaled, observed, owner_gpus
 from pooling_operator.k8s.cache import project
 
 
@@ -70,3 +70,10 @@ def test_the_budget_message_names_its_figures() -> None:
     message = b.message(3, 6)
     assert "hold 3 of the 3 GPUs" in message and "limits.maxGPUsPerNamespace" in message
     assert "asked for 6 replicas of 1 GPU each (3 more than its 3)" in message
+
+
+def test_the_decision_sees_the_start_up_the_reconcile_measured() -> None:
+    body = owner("a", None) | {"status": {"startup": {"lastSeconds": 80.0, "typicalSeconds": 95.5, "samples": 4}}}
+    seen = observed(body, current=3, ready=2, unschedulable=None)
+    assert (seen.replicas, seen.ready, seen.startup_seconds) == (3, 2, 95.5)
+    assert observed(owner("a", None), 1, 1, None).startup_seconds is None  # no pod was Ready yet

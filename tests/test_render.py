@@ -166,7 +166,12 @@ def test_monitors_and_keda() -> None:
     assert so["maxReplicaCount"] == 6  # capped by the policy
     behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600  # the policy's floor
-    assert behavior["scaleUp"] == {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]}
+    # maxStep unset: four or doubling per 15 s, whichever is more (the HPA's own default, and our decision's)
+    assert behavior["scaleUp"] == {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+        {"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+    stepped = objects(pooling({"autoscaling": {"maxReplicas": 8, "backend": "keda", "scaleUp": {"maxStep": 2}}}))
+    up = stepped["ScaledObject"]["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
+    assert up == {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 2, "periodSeconds": 15}]}
     q = queries("ns", "demo", "pooling-service", "60s")
     queue = so["triggers"][0]
     assert (queue["name"], queue["metricType"], queue["metadata"]["threshold"]) == ("waiting", "AverageValue", "8")

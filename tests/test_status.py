@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.diff import needs_apply, with_hash
 from pooling_operator.status import conditions
@@ -258,3 +260,17 @@ def test_startup_is_measured_from_pod_created_to_ready() -> None:
     for _ in range(40):
         many = merged(many, [30.0])
     assert many is not None and many["samples"] == 42 and abs(many["typicalSeconds"] - 30.0) < 0.5  # follows the recent ones
+
+
+@pytest.mark.parametrize(("status", "expect"), [
+    ({"startup": {"typicalSeconds": 42.5, "samples": 3}}, 42.5),
+    ({"startup": {"typicalSeconds": 0}}, None),  # no start-up is instant: nothing learned
+    ({"startup": {"typicalSeconds": "42"}}, None),  # a hand-edited status is not trusted
+    ({"startup": {"typicalSeconds": True}}, None),
+    ({}, None),
+    (None, None),
+])
+def test_the_autoscaler_reads_the_typical_start_up_from_the_status(status: Any, expect: float | None) -> None:
+    from pooling_operator.status.startup import typical_seconds
+
+    assert typical_seconds({"status": status} if status is not None else {}) == expect

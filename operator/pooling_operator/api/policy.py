@@ -169,6 +169,10 @@ class AutoscalingTargets:
     up_max_step: int = DEFAULT_UP[1]
     down_window_seconds: int = DEFAULT_DOWN[0]
     down_max_step: int = DEFAULT_DOWN[1]
+    up_step_set: bool = False  # scaleUp.maxStep given by the service or its policy's defaults
+    down_window_set: bool = False  # scaleDown.stabilizationSeconds given likewise
+    down_step_set: bool = False  # scaleDown.maxStep given likewise
+    down_floor_seconds: int | None = None  # the policy's limits.minScaleDownStabilizationSeconds
     max_gpus_per_namespace: int | None = None
     prometheus: PrometheusSpec | None = None
 
@@ -188,6 +192,10 @@ def resolve_targets(autoscaling: AutoscalingSpec, policy: AutoscalingPolicySpec 
         step = next((b.max_step for b in (own, fallback) if b and b.max_step is not None), default[1])
         return window, step
 
+    def given(attr: str, direction: str = "scale_down") -> bool:
+        own, fallback = getattr(autoscaling, direction), getattr(d, direction) if d else None
+        return any(b is not None and getattr(b, attr) is not None for b in (own, fallback))
+
     up = behavior(autoscaling.scale_up, d.scale_up if d else None, DEFAULT_UP)
     down = behavior(autoscaling.scale_down, d.scale_down if d else None, DEFAULT_DOWN)
     floor = policy.limits.min_scale_down_stabilization_seconds if policy else None
@@ -205,6 +213,10 @@ def resolve_targets(autoscaling: AutoscalingSpec, policy: AutoscalingPolicySpec 
         up_max_step=up[1],
         down_window_seconds=down[0],
         down_max_step=down[1],
+        up_step_set=given("max_step", "scale_up"),
+        down_window_set=given("stabilization_seconds"),
+        down_step_set=given("max_step"),
+        down_floor_seconds=floor,
         max_gpus_per_namespace=policy.limits.max_gp_us_per_namespace if policy else None,
         prometheus=policy.prometheus if policy else None,
     )

@@ -65,12 +65,20 @@ class PoolingSpec(Spec):
 
 
 class ScaleBehavior(Spec):
-    """How fast replicas change in one direction."""
+    """How fast replicas change in one direction. Unset fields take the policy's defaults, then the operator's:
+    scale-up 0 s and 4 replicas or doubling per 15 s, whichever is more; scale-down 300 s and 1 replica per
+    15 s, except that after a clear fall in demand, sustained for one start-up (status.startup.typicalSeconds),
+    replicas go straight to what demand needs (never sooner than the policy's
+    limits.minScaleDownStabilizationSeconds). A value set here, even the default's, is always honoured."""
 
     stabilization_seconds: int | None = Field(
-        default=None, ge=0, le=3600, description="Look-back window whose most conservative recommendation wins."
+        default=None, ge=0, le=3600,
+        description="Look-back window whose most conservative recommendation wins (unset: see scaleUp/scaleDown).",
     )
-    max_step: int | None = Field(default=None, ge=1, le=1000, description="Most replicas added or removed per step.")
+    max_step: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="Most replicas added or removed per 15 s (unset scale-up: 4 or doubling, whichever is more).",
+    )
 
 
 class PolicyRef(Spec):

@@ -43,8 +43,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import STEP_PERIOD_SECONDS
 from pooling_operator.api.policy import AutoscalingTargets as Targets
+from pooling_operator.autoscaling import ahead
 from pooling_operator.status.conditions import (
     LIMIT_BUDGET,
     LIMIT_MAX,
@@ -62,6 +64,7 @@ TARGET_UTILIZATION = 0.8  # share of the learned capacity a replica is planned t
 MIN_RATE = 1e-6  # per second: below it a rate is no traffic at all
 CAPACITY_SMOOTHING = 0.5  # weight of a new saturated observation
 SATURATED_WAITING_PER_REPLICA = 1.0  # waiting requests per reporting pod that mean "saturated"
+BACKLOG_EXTRA = 0.25  # with a measured capacity, backlog signals ask for at most this share more than demand
 
 
 REQUIRED = ("waiting", "completions")
@@ -99,6 +102,7 @@ class Observed:
     replicas: int  # spec.replicas (what was last set)
     ready: int = 0
     unschedulable: str | None = None  # the scheduler's or controller's message when pods cannot be placed
+    startup_seconds: float | None = None  # what a new replica takes to serve (status.startup.typicalSeconds)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class State:
     last_scale_time: float | None = None
     capacity_floor: float | None = None  # the highest unsaturated reading with latency on target: a lower bound
     started: tuple[float, int] | None = None  # (time, replicas) of the first decision
+    arrivals: tuple[tuple[float, float], ...] = ()  # (time, arrival rate) of the recent reads (ahead.remember)
 
 
 @dataclass(frozen=True)
@@ -174,13 +179,19 @@ def ratio_recommendation(base: int, usage_ratio: float, tolerance: float) -> int
     return _ceil(base * usage_ratio)
 
 
-def learn_capacity(state: State, signals: Signals, p99_target: float | None) -> State:
-    """Update the per-replica capacity (prompt tokens/s) from one read."""
+def learn_capacity(state: State, signals: Signals, p99_target: float | None, steady: bool = False) -> State:
+    """Update the per-replica capacity (prompt tokens/s) from one read. `steady`: the replica count has not
+    changed within the rate window, so the fleet's rate divided by the pods reporting is what one pod served
+    (right after a change it is not: the window still holds pods gone, or not yet the pods new)."""
     reporting = signals.reporting or 0
     if reporting <= 0 or not signals.tokens or signals.tokens < MIN_RATE:
         return state  # nothing to learn from (a rate this small is Prometheus's rounding, not traffic)
     observed = signals.tokens / reporting
     saturated = (signals.waiting or 0) / reporting >= SATURATED_WAITING_PER_REPLICA
+    if steady and saturated and (state.capacity_floor is None or observed > state.capacity_floor):
+        # What a replica served is a lower bound of what it can serve, saturated or not: a backlog stuck on
+        # one replica makes the fleet look saturated while the others idle, and must not talk the capacity down.
+        state = replace(state, capacity_floor=observed)
     if saturated:
         if state.capacity_saturated and state.capacity_tokens:
             value = (1 - CAPACITY_SMOOTHING) * state.capacity_tokens + CAPACITY_SMOOTHING * observed
@@ -276,14 +287,17 @@ def decide(
 
     assert signals.waiting is not None and signals.completions is not None and signals.reporting
     reporting = signals.reporting
-    state = learn_capacity(state, signals, targets.p99_seconds)
+    steady = state.last_scale_time is None or now - state.last_scale_time >= duration_seconds(targets.window) + PERIOD_SECONDS
+    state = learn_capacity(state, signals, targets.p99_seconds, steady)
     waiting = max(0.0, signals.waiting)
     growth = 0.0
     falling = state.last_waiting is not None and waiting < state.last_waiting[1]
     if state.last_waiting is not None and now > state.last_waiting[0]:
         growth = max(0.0, (waiting - state.last_waiting[1]) / (now - state.last_waiting[0]))
-    state = replace(state, last_waiting=(now, waiting))
     arrival = signals.completions + growth  # requests/s
+    state = replace(state, last_waiting=(now, waiting), arrivals=ahead.remember(state.arrivals, now, arrival))
+    # A rising trend is planned for one start-up ahead: the replicas added now serve only then.
+    expected = ahead.forecast(state.arrivals, now, arrival, observed.startup_seconds)
     tokens_per_request = signals.tokens / signals.completions if signals.tokens and signals.completions else None
     capacity_rps = state.capacity_tokens / tokens_per_request if state.capacity_tokens and tokens_per_request else None
 
@@ -296,11 +310,15 @@ def decide(
     recs["queue"] = ratio_recommendation(reporting, (waiting / reporting) / targets.queue_per_replica, tol)
     if capacity_rps:
         utilization = TARGET_UTILIZATION if state.capacity_saturated else 1.0
-        demand = ratio_recommendation(reporting, (arrival / reporting) / (capacity_rps * utilization), tol)
+        demand = ratio_recommendation(reporting, (expected / reporting) / (capacity_rps * utilization), tol)
         recs["demand"] = demand if state.capacity_saturated else min(demand, reporting)
         if targets.p99_seconds and signals.in_system is not None and state.capacity_saturated:
             per_replica = capacity_rps * TARGET_UTILIZATION * targets.p99_seconds
             recs["inSystem"] = ratio_recommendation(reporting, (signals.in_system / reporting) / per_replica, tol)
+    if expected > arrival * (1 + tol) and arrival > MIN_RATE and not state.capacity_saturated:
+        # Rising, with no capacity measured yet: the replicas serving today's arrivals serve the forecast's
+        # share of them at most, so as many more are started now as the rise asks for one start-up ahead.
+        recs["trend"] = _ceil(reporting * expected / arrival)
     if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
         recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
     backlog_signals = ("queue", "p99", "inSystem")
@@ -309,6 +327,15 @@ def decide(
         for k in backlog_signals:
             if k in recs:
                 recs[k] = min(recs[k], max(current, recs["demand"]))
+    if state.capacity_saturated and "demand" in recs and observed.startup_seconds:
+        # With the capacity measured, demand says what the arrivals need. A backlog beyond it sits in the
+        # queues of the replicas that took it (vLLM moves no request to another server) and drains there: a new
+        # replica, one start-up away, takes only new arrivals. So it asks for a margin over demand, not for as
+        # many replicas as its momentary size suggests, and it does not hold replicas demand no longer needs.
+        ceiling = recs["demand"] + max(1, math.ceil(BACKLOG_EXTRA * recs["demand"]))
+        for k in backlog_signals:
+            if k in recs:
+                recs[k] = min(recs[k], ceiling)
     if current > reporting:
         # Replicas still loading will add capacity the backlog signals cannot see yet: until they report, only
         # the demand signal (a count for the whole service) may ask for more than are already coming.
@@ -336,7 +363,20 @@ def decide(
     stable = stabilize(history, now, current, targets.up_window_seconds, targets.down_window_seconds)
     if stable < current:
         stable = min(current, stabilize(history_down, now, current, targets.up_window_seconds, targets.down_window_seconds))
-    stepped = limit_step(state.scale_events, now, current, stable, targets.up_max_step, targets.down_max_step)
+    down_step = targets.down_max_step
+    if not targets.down_window_set:
+        # The default window: a clear fall, sustained for one start-up, is followed then (ahead.quick_down).
+        quick = ahead.quick_down(history, now, current, observed.startup_seconds, targets.down_floor_seconds, state.arrivals)
+        if quick is not None and quick < stable:
+            stable = quick
+            if not targets.down_step_set:
+                down_step = current - quick
+    up_step = targets.up_max_step
+    if not targets.up_step_set:
+        # The default step, as the HPA's: four replicas or as many as there are (doubling), whichever is more,
+        # per 15 s; four at a time would let a backlog grow for periods on replicas that keep it (vLLM moves none).
+        up_step = max(up_step, current)
+    stepped = limit_step(state.scale_events, now, current, stable, up_step, down_step)
     desired, limit_reason, limit_message = _bounds(targets, budget, observed, stepped)
     limited = limit_reason != WITHIN_BOUNDS and desired != stepped
 
@@ -348,6 +388,8 @@ def decide(
     state = replace(state, recommendations=history, scale_events=events, last_scale_time=last_scale, started=started)
 
     values = {"queueDepth": waiting / reporting, "arrivalRate": arrival}
+    if expected > arrival:
+        values["expectedArrivalRate"] = expected
     if signals.in_system is not None:
         values["requestsInSystem"] = signals.in_system
     if capacity_rps:
@@ -373,6 +415,7 @@ def _explain(binding: str, recs: dict[str, int], raw: int, desired: int, current
         "inSystem": f"{values.get('requestsInSystem', 0):.1f} requests in the system",
         "p99": f"p99 {values.get('p99LatencySeconds', 0):.3f}s above target",
         "hold": "traffic while the capacity per replica is not known yet",
+        "trend": f"arrivals {values['arrivalRate']:.1f}/s rising towards {values.get('expectedArrivalRate', 0):.1f}/s one start-up ahead",
     }[binding]
     others = ", ".join(f"{k} {v}" for k, v in sorted(recs.items()) if k != binding)
     text = f"{binding} recommends {raw} ({what})" + (f"; also {others}" if others else "")

@@ -43,6 +43,7 @@ from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
+from pooling_operator.status.startup import typical_seconds
 from pooling_operator.vllm.metrics import Queries, service_queries
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,12 @@ class Tracked:
     decides: bool  # backend operator; keda services only count towards the GPU budget
     state: State = field(default_factory=State)
     last_scale_time: str | None = None
+
+
+def observed(body: dict[str, Any], current: int, ready: int, unschedulable: str | None) -> Observed:
+    """What the decision sees of the service beside its metrics: its replicas, where they cannot be placed, and
+    the start-up its pods showed (status.startup.typicalSeconds, written by the reconcile)."""
+    return Observed(replicas=current, ready=ready, unschedulable=unschedulable, startup_seconds=typical_seconds(body))
 
 
 @dataclass
@@ -224,8 +231,8 @@ class Autoscaler:
 
     def _decide(self, r: Read, now: float, budget: Budget | None) -> Decision:
         assert r.signals is not None
-        return decide(now, r.signals, Observed(replicas=r.current, ready=r.ready, unschedulable=r.unschedulable),
-                      r.service.targets, r.service.state, budget=budget)
+        return decide(now, r.signals, observed(r.body, r.current, r.ready, r.unschedulable), r.service.targets,
+                      r.service.state, budget=budget)
 
     def _owner(self, deployment: dict[str, Any]) -> dict[str, Any] | None:
         key = owning_key(deployment)

@@ -163,8 +163,12 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
             }
         )
 
-    def behavior(window: int, step: int) -> dict[str, Any]:
-        return {"stabilizationWindowSeconds": window, "policies": [{"type": "Pods", "value": step, "periodSeconds": STEP_PERIOD_SECONDS}]}
+    def behavior(window: int, step: int, doubling: bool = False) -> dict[str, Any]:
+        policies: list[dict[str, Any]] = [{"type": "Pods", "value": step, "periodSeconds": STEP_PERIOD_SECONDS}]
+        if doubling:  # scaleUp.maxStep unset: four replicas or 100 %, whichever is more (the HPA's default)
+            policies.append({"type": "Percent", "value": 100, "periodSeconds": STEP_PERIOD_SECONDS})
+            return {"stabilizationWindowSeconds": window, "selectPolicy": "Max", "policies": policies}
+        return {"stabilizationWindowSeconds": window, "policies": policies}
 
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -178,7 +182,7 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
             "advanced": {
                 "horizontalPodAutoscalerConfig": {
                     "behavior": {
-                        "scaleUp": behavior(t.up_window_seconds, t.up_max_step),
+                        "scaleUp": behavior(t.up_window_seconds, t.up_max_step, doubling=not t.up_step_set),
                         "scaleDown": behavior(t.down_window_seconds, t.down_max_step),
                     }
                 }

@@ -45,3 +45,9 @@ def merged(old: dict[str, Any] | None, samples: list[float]) -> dict[str, Any] |
         n += 1
         typical = s if typical is None or n == 1 else typical + (s - typical) / min(n, TYPICAL_OVER)
     return {"lastSeconds": round(samples[-1], 1), "typicalSeconds": round(float(typical), 1), "samples": n}
+
+
+def typical_seconds(body: dict[str, Any]) -> float | None:
+    """A service's typical start-up from its `status.startup`, or None before the first pod was Ready."""
+    value = ((body.get("status") or {}).get("startup") or {}).get("typicalSeconds")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None

@@ -115,7 +115,9 @@ class Operator:
 
     def replicas(self, now: float, current: int, ready: int, values: Mapping[str, float | None]) -> int:
         s = self.setup
-        d = decide(now, signals_from(dict(values), self.named), Observed(replicas=current, ready=ready), s.targets,  # type: ignore[arg-type]
+        # The start-up the operator learns from the pods (status.startup), here the model's own.
+        observed = Observed(replicas=current, ready=ready, startup_seconds=s.params.startup_s)
+        d = decide(now, signals_from(dict(values), self.named), observed, s.targets,  # type: ignore[arg-type]
                    self.state, budget=s.budget(current))
         self.state = d.state
         return d.desired
