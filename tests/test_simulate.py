@@ -318,3 +318,60 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["simulate", str(svc), "--trace", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and words in err, err
+
+
+def test_service_model_file_then_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--service-model FILE (the names of the flags) sets the model; a flag given too wins over the file."""
+    svc = write(tmp_path, "svc.yaml", service())
+    trace = write(tmp_path, "t.csv", "seconds,requests_per_second,mean_tokens\n0,400,16\n")
+    slow = write(tmp_path, "slow.yaml", {"step-base-seconds": 0.03, "step-per-token-seconds": 0.001, "startup-seconds": 20,
+                                         "about": {"fitted on": "a slower machine"}})
+
+    def peak(*extra: str) -> int:
+        assert main(["simulate", str(svc), "--trace", str(trace), "--output", "json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["results"]["operator"]["max_replicas"]
+
+    fast = peak("--startup-seconds", "20")
+    assert peak("--service-model", str(slow)) > fast  # a tenth of the speed needs more replicas
+    assert peak("--service-model", str(slow), "--step-base-seconds", "0.0077", "--step-per-token-seconds", "0.000266") == fast
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ({"step-base": 0.01}, "slow.yaml: step-base: not a service-model parameter; known: step-base-seconds"),
+    ({"max-num-seqs": 0}, "slow.yaml: max_num_seqs and max_num_batched_tokens must be at least 1"),
+    ("- just a list", "slow.yaml: expected a mapping of service-model parameters, got list"),
+], ids=["unknown-key", "invalid-value", "not-a-mapping"])
+def test_a_bad_service_model_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Any,
+                                                     words: str) -> None:
+    svc = write(tmp_path, "svc.yaml", service())
+    trace = write(tmp_path, "t.csv", STEP)
+    bad = write(tmp_path, "slow.yaml", content)
+    assert main(["simulate", str(svc), "--trace", str(trace), "--service-model", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.parametrize("suffix", ["svg", "png"])
+def test_plot_draws_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
+    svc = write(tmp_path, "svc.yaml", service())
+    trace = write(tmp_path, "t.csv", STEP)
+    picture = tmp_path / f"run.{suffix}"
+    assert main(["simulate", str(svc), "--trace", str(trace), "--startup-seconds", "20", "--compare", "keda,oracle",
+                 "--plot", str(picture)]) == 0
+    data = picture.read_bytes()
+    if suffix == "svg":
+        text = data.decode()
+        assert text.startswith("<?xml") and "<svg" in text
+        for words in ("demand", "replicas", "p99 per minute", "target 0.25s", "operator: ", "keda: ", "oracle: ", "GPU-min"):
+            assert words in text, words
+    else:
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    assert "operator: SLO-minutes missed" in capsys.readouterr().out  # the figures are still printed
+
+
+def test_plot_names_the_formats_it_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    svc = write(tmp_path, "svc.yaml", service())
+    trace = write(tmp_path, "t.csv", STEP)
+    assert main(["simulate", str(svc), "--trace", str(trace), "--plot", str(tmp_path / "run.pdf")]) == 2
+    assert "run.pdf: the file name must end in .svg or .png" in capsys.readouterr().err
+    assert not (tmp_path / "run.pdf").exists()

@@ -30,6 +30,9 @@ PROMPT_TOKENS = "vllm:prompt_tokens_total"  # counter {engine, model_name}
 E2E_LATENCY = "vllm:e2e_request_latency_seconds"  # histogram {engine, model_name}
 TTFT = "vllm:time_to_first_token_seconds"  # histogram {engine, model_name}; equals e2e for pooling requests
 ITERATION_TOKENS = "vllm:iteration_tokens_total"  # histogram {engine, model_name}: tokens per engine step
+# histograms {engine, model_name}: a request's time waiting for a step, and in its step (the calibration reads them)
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+INFERENCE_TIME = "vllm:request_inference_time_seconds"
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 ENGINE_LABELS = ("engine", "model_name")

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.autoscaling.simulator import calibrate, plot
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.autoscaling.simulator.simulate import (
     DEFAULT_SCRAPE_SECONDS,
@@ -29,8 +32,8 @@ EXIT_OK, EXIT_INPUT = 0, 2
 
 
 def _flag(field: str) -> str:
-    """The flag of a ServiceParams field: step_base_s -> --step-base-seconds."""
-    return "--" + (field[:-2] + "_seconds" if field.endswith("_s") else field).replace("_", "-")
+    """The flag of a ServiceParams field: step_base_s -> --step-base-seconds (the parameters file's key, dashed)."""
+    return "--" + calibrate.flag(field)
 
 
 def _number(kind: type, positive: bool = False) -> Any:
@@ -75,10 +78,14 @@ def add_parser(subparsers: Any) -> None:
                    help=f"seconds between Prometheus scrapes of a pod (default {DEFAULT_SCRAPE_SECONDS:g})")
     s.add_argument("--initial-replicas", type=_number(int), metavar="N", help="replicas ready at the start (default: the fewest that meet the target at the "
                    "first row's rate, a steady start)")
+    s.add_argument("--plot", metavar="FILE", help="also draw the run (demand, replicas ready and asked for, p99 per "
+                   "minute against the target) into FILE: .svg or .png (needs matplotlib, the 'plot' extra)")
     model = s.add_argument_group("service model (defaults: the fit; see autoscaling/servicemodel.py)")
+    model.add_argument("--service-model", metavar="FILE", help="a parameters file (YAML, the flags' names below without "
+                       "the dashes, as bench/realvllm_calibration.py --write FILE fits them); a flag given too wins")
     for f in dataclasses.fields(ServiceParams):
         metavar = "SECONDS" if f.name.endswith("_s") else "N" if isinstance(f.default, int) else "X"
-        model.add_argument(_flag(f.name), dest=f"param_{f.name}", type=_number(type(f.default)), default=f.default,
+        model.add_argument(_flag(f.name), dest=f"param_{f.name}", type=_number(type(f.default)), default=None,
                            metavar=metavar, help=f"default {f.default}")
     s.set_defaults(func=cmd_simulate)
 
@@ -119,21 +126,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             trace = parse_trace(_read_text(args.trace))
         except InputError as exc:
             raise InputError(f"{args.trace}: {exc}") from None
-        try:
-            params = ServiceParams(**{f.name: getattr(args, f"param_{f.name}") for f in dataclasses.fields(ServiceParams)})
-        except ValueError as exc:
-            raise InputError(f"service model: {exc}") from None
+        params = service_model(args)
         setup = setup_for(resource, policy, params, seed=args.seed, scrape_interval=args.scrape_interval,
                           initial_replicas=args.initial_replicas)
         results = simulate(resource, policy, trace, setup, args.compare)
     except (InputError, ManifestError) as exc:
         print(f"error: {str(exc).replace(chr(10), ' ')}", file=sys.stderr)
         return EXIT_INPUT
+    if args.plot:
+        try:
+            picture = plot.render(results, trace, setup.p99_target, plot.format_of(args.plot),
+                                  title=f"{Path(args.service).name} on {Path(args.trace).name}")
+            Path(args.plot).write_bytes(picture)
+        except (ValueError, plot.PlotUnavailable) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INPUT
+        except OSError as exc:
+            print(f"error: --plot {args.plot}: {exc.strerror}", file=sys.stderr)
+            return EXIT_INPUT
     if args.output == "json":
         print(json.dumps(to_json(results), separators=(",", ":")))
     else:
         print(render_text(results, setup.p99_target))
     return EXIT_OK
+
+
+def service_model(args: argparse.Namespace) -> ServiceParams:
+    """The service model: the defaults, then the --service-model file, then the flags given."""
+    base = ServiceParams()
+    if args.service_model:
+        try:
+            content = yaml.safe_load(_read_text(args.service_model))
+            base = calibrate.from_file(content)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise InputError(f"{args.service_model}: {str(exc).splitlines()[0]}") from None
+        except InputError as exc:
+            raise InputError(f"{args.service_model}: {exc}") from None
+    given = {f.name: getattr(args, f"param_{f.name}") for f in dataclasses.fields(ServiceParams)}
+    try:
+        return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise InputError(f"service model: {exc}") from None
 
 
 def render_text(results: dict[str, Result], target: float) -> str:

@@ -124,6 +124,8 @@ class Completion(NamedTuple):
     finish: float  # when the server answered
     tokens: int
     origin: float | None = None  # when it reached the front end, if it waited there before `arrival`
+    scheduled: float | None = None  # when its step started (vLLM's request queue time ends here)
+    computed: float | None = None  # when its step ended (vLLM's request inference time ends here)
 
     @property
     def latency(self) -> float:
@@ -250,4 +252,5 @@ class Replica:
         self._batch = []
         self._step_end = None
         self._clock = end
-        return [Completion(arrival, finish, n, origin) for arrival, n, origin in batch]
+        start = self._last_start
+        return [Completion(arrival, finish, n, origin, start, end) for arrival, n, origin in batch]
