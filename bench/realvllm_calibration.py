@@ -1,26 +1,30 @@
-"""The simulator's service model next to real vLLM on this machine: a short closed-loop sweep.
+"""The simulator's service model measured on a real vLLM server: a sweep, a fit, and a check.
 
 Starts real vLLM 0.32 (the CPU runtime of e2e/realvllm) with the command line the operator renders for
 examples/minilm-embeddings.yaml (changed only where this machine forces it: runner_process.MACHINE_OVERRIDES;
-``engine.dtype: float32`` like the service model's fit, see --dtype; and the port), runs c clients in a closed loop (each with one request in flight, one short sentence per
-request) at each concurrency, and prints the measured throughput and latencies next to what
-``pooling_operator.autoscaling.simulator.servicemodel`` predicts for the same server settings (max_num_seqs,
-max_num_batched_tokens from the argv) and the same measured mean prompt length.
+``engine.dtype: float32`` like the service model's fit, see --dtype; and the port), or uses the server at
+--url. It runs c clients in a closed loop (each with one request in flight, one short sentence per request)
+at each fit level, fits the service model to them (pooling_operator.autoscaling.simulator.calibrate.fit),
+then checks the fitted model on the check levels and on an open loop (Poisson arrivals) at 90 % of the fitted
+capacity: requests/s within 15 % and p50 within 20 %. With --write FILE the fitted parameters go to a YAML
+file that ``pooling-operator simulate --service-model FILE`` reads.
 
-    .venv/bin/python bench/realvllm_calibration.py [--concurrency 1,8,32] [--seconds 20] [--url URL]
+    .venv/bin/python bench/realvllm_calibration.py --write bench/results/service-model.yaml
+    .venv/bin/python bench/realvllm_calibration.py --url http://127.0.0.1:18200 --write /tmp/model.yaml
 
-Prints figures; never gates anything. Results are recorded in bench/README.md.
+Prints figures and exits 1 when a check misses; never gates the test suite. Results: bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import heapq
-import json
+import dataclasses
 import math
 import os
+import random
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +42,10 @@ from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import _free_ports, stop_process  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
 from e2e.realvllm.runner_process import on_this_machine  # noqa: E402
-from pooling_operator.autoscaling.simulator.servicemodel import Replica, ServiceParams  # noqa: E402
+from pooling_operator.autoscaling.simulator.calibrate import FIELDS, Point, fit, to_file, within  # noqa: E402
+from pooling_operator.autoscaling.simulator.calibrate import closed_loop as closed_loop_model  # noqa: E402
+from pooling_operator.autoscaling.simulator.calibrate import open_loop as open_loop_model  # noqa: E402
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
 from pooling_operator.vllm import metrics as m  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while kubernetes schedules pods onto nodes".split()
@@ -92,135 +99,197 @@ def start_server(rt: runtime.Runtime, argv: list[str]) -> tuple[subprocess.Popen
 
 
 def scrape(text: str) -> dict[str, float]:
-    out = {"success": 0.0, "tokens": 0.0, "e2e_sum": 0.0, "e2e_count": 0.0}
+    """The counters a level is measured by (sums over engines), from one /metrics text."""
+    wanted = {
+        m.SUCCESS: "success", m.PROMPT_TOKENS: "tokens", m.E2E_LATENCY + "_sum": "e2e_sum", m.E2E_LATENCY + "_count": "e2e_count",
+        m.QUEUE_TIME + "_sum": "queue_sum", m.INFERENCE_TIME + "_sum": "inference_sum",
+        m.INFERENCE_TIME + "_count": "inference_count", m.ITERATION_TOKENS + "_sum": "step_tokens_sum",
+        m.ITERATION_TOKENS + "_count": "steps",
+    }
+    out = dict.fromkeys(wanted.values(), 0.0)
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == m.SUCCESS:
-                out["success"] += s.value
-            elif s.name == m.PROMPT_TOKENS:
-                out["tokens"] += s.value
-            elif s.name == m.E2E_LATENCY + "_sum":
-                out["e2e_sum"] += s.value
-            elif s.name == m.E2E_LATENCY + "_count":
-                out["e2e_count"] += s.value
+            if s.name in wanted:
+                out[wanted[s.name]] += s.value
     return out
 
 
-async def closed_loop(url: str, c: int, seconds: float, warmup: float = 3.0) -> dict[str, float]:
+def point(latencies: list[float], before: dict[str, float], after: dict[str, float], seconds: float) -> tuple[Point, float]:
+    """The level as calibrate.Point, and its client p99."""
+    d = {k: after[k] - before[k] for k in after}
+    latencies.sort()
+    measured = d["inference_count"] > 0 and d["steps"] > 0
+    return Point(
+        rps=len(latencies) / seconds,
+        client_mean_s=statistics.fmean(latencies), client_p50_s=statistics.median(latencies),
+        server_mean_s=d["e2e_sum"] / max(1.0, d["e2e_count"]), tokens=d["tokens"] / max(1.0, d["success"]),
+        queue_s=d["queue_sum"] / d["inference_count"] if measured else None,
+        inference_s=d["inference_sum"] / d["inference_count"] if measured else None,
+        step_tokens=d["step_tokens_sum"] / d["steps"] if measured else None,
+    ), latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
+def text_for(w: int, i: int) -> str:
+    return f"{' '.join(WORDS[(w + i) % 5 : (w + i) % 5 + 9])} number {w}-{i}."
+
+
+async def _embed(s: aiohttp.ClientSession, url: str, text: str) -> None:
+    for attempt in (1, 2):
+        try:
+            async with s.post(f"{url}/v1/embeddings", json={"model": "minilm", "input": text}) as r:
+                await r.read()
+                assert r.status == 200, r.status
+                return
+        except aiohttp.ServerDisconnectedError:
+            # a kept-alive connection the server closed as it was reused: the request never reached it
+            if attempt == 2:
+                raise
+
+
+async def _metrics_at(s: aiohttp.ClientSession, url: str, t: float) -> dict[str, float]:
+    await asyncio.sleep(max(0.0, t - time.monotonic()))
+    async with s.get(f"{url}/metrics") as r:
+        return scrape(await r.text())
+
+
+async def closed_loop(url: str, c: int, seconds: float, warmup: float = 3.0) -> tuple[Point, float]:
+    """c clients, each sending its next request when the last is answered."""
     latencies: list[float] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
         t_start = time.monotonic()
         t_measure, t_end = t_start + warmup, t_start + warmup + seconds
-        before: dict[str, float] = {}
 
         async def worker(w: int) -> None:
             i = 0
             while time.monotonic() < t_end:
-                text = f"{' '.join(WORDS[(w + i) % 5 : (w + i) % 5 + 9])} number {w}-{i}."
                 t0 = time.monotonic()
-                async with s.post(f"{url}/v1/embeddings", json={"model": "minilm", "input": text}) as r:
-                    await r.read()
-                    assert r.status == 200, r.status
+                await _embed(s, url, text_for(w, i))
                 t1 = time.monotonic()
                 if t0 >= t_measure and t1 <= t_end:
                     latencies.append(t1 - t0)
                 i += 1
 
-        async def metrics_at(t: float) -> dict[str, float]:
-            await asyncio.sleep(max(0.0, t - time.monotonic()))
-            async with s.get(f"{url}/metrics") as r:
-                return scrape(await r.text())
-
         tasks = [asyncio.create_task(worker(w)) for w in range(c)]
-        before = await metrics_at(t_measure)
-        after = await metrics_at(t_end)
+        before = await _metrics_at(s, url, t_measure)
+        after = await _metrics_at(s, url, t_end)
         await asyncio.gather(*tasks)
-    done = after["success"] - before["success"]
-    latencies.sort()
-    return {
-        "rps": len(latencies) / seconds,
-        "client_mean_ms": 1000 * sum(latencies) / len(latencies),
-        "client_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "server_mean_ms": 1000 * (after["e2e_sum"] - before["e2e_sum"]) / max(1.0, after["e2e_count"] - before["e2e_count"]),
-        "tokens": (after["tokens"] - before["tokens"]) / max(1.0, done),
-    }
+    return point(latencies, before, after, seconds)
 
 
-def simulate(params: ServiceParams, c: int, tokens: int, seconds: float, warmup: float = 3.0, dt: float = 0.0005) -> dict[str, float]:
-    """The service model under the same closed loop: a client resubmits when its answer (plus the HTTP
-    overhead) is back. ``dt`` < http_overhead_s / 2 keeps submissions in time order."""
-    rep = Replica(params, seed=1)
-    half = params.http_overhead_s / 2
-    pending = [(half * (1 + k / max(1, c)), k) for k in range(c)]  # (arrival at the server, client)
-    heapq.heapify(pending)
-    sent: dict[float, list[int]] = {}  # arrival time at the server -> clients (a batch finishes together)
-    latencies, server = [], []
-    t, end = 0.0, warmup + seconds
-    while t < end:
-        t += dt
-        while pending and pending[0][0] <= t:
-            arrival, k = heapq.heappop(pending)
-            rep.submit(arrival, tokens)
-            sent.setdefault(arrival, []).append(k)
-        for done in rep.advance(t):
-            k = sent[done.arrival].pop()
-            back = done.finish + half
-            t0 = done.arrival - half
-            if t0 >= warmup and back <= end:
-                latencies.append(back - t0)
-                server.append(done.latency)
-            heapq.heappush(pending, (back + half, k))
-    latencies.sort()
-    return {
-        "rps": len(latencies) / seconds,
-        "client_mean_ms": 1000 * sum(latencies) / len(latencies),
-        "client_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "server_mean_ms": 1000 * sum(server) / len(server),
-    }
+async def open_loop(url: str, rate: float, seconds: float, warmup: float = 3.0, seed: int = 1) -> tuple[Point, float]:
+    """Poisson arrivals at `rate` per second (bounded: at most rate x (warmup + seconds) x 1.5 requests): rps is
+    what was answered within the measured seconds, the latencies those of every request sent in them."""
+    rng = random.Random(seed)
+    latencies: list[float] = []
+    served: list[float] = []  # when each answer came back
+    limit = int(rate * (warmup + seconds) * 1.5) + 10
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
+                                     connector=aiohttp.TCPConnector(limit=0)) as s:
+        t_start = time.monotonic()
+        t_measure, t_end = t_start + warmup, t_start + warmup + seconds
+
+        async def one(i: int, measured: bool) -> None:
+            t0 = time.monotonic()
+            await _embed(s, url, text_for(i % 97, i))
+            t1 = time.monotonic()
+            served.append(t1)
+            if measured:
+                latencies.append(t1 - t0)
+
+        before_read = asyncio.create_task(_metrics_at(s, url, t_measure))
+        tasks, at = [], t_start
+        for i in range(limit):
+            at += rng.expovariate(rate)
+            if at >= t_end:
+                break
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            tasks.append(asyncio.create_task(one(i, at >= t_measure)))
+        await asyncio.gather(*tasks)
+        before = await before_read
+        after = await _metrics_at(s, url, time.monotonic())
+    level, p99 = point(latencies, before, after, seconds)
+    return dataclasses.replace(level, rps=sum(t_measure <= t < t_end for t in served) / seconds), p99
+
+
+def levels(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--concurrency", default="1,8,32")
-    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--fit", type=levels, default=[1, 8, 32], metavar="C,C,..", help="closed-loop levels fitted (default 1,8,32)")
+    p.add_argument("--check", type=levels, default=[4, 16], metavar="C,C,..", help="closed-loop levels checked (default 4,16)")
+    p.add_argument("--open-loop", type=lambda t: [float(x) for x in t.split(",") if x.strip()], default=[0.7, 0.9],
+                   metavar="SHARE,..", help="open loops at these shares of the fitted capacity, checked too (default 0.7,0.9)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per level (after 3 s of warm-up)")
     p.add_argument("--url", help="use a running MiniLM server instead of starting one")
+    p.add_argument("--write", type=Path, metavar="FILE", help="write the fitted parameters here (YAML, simulate's flag names)")
     p.add_argument("--dtype", default="float32", help="engine.dtype set in the spec before rendering ('' keeps the "
                    "example's auto, which vLLM resolves to float16 on CPU); the service model was fitted on float32")  # fmt: skip
     p.add_argument("--client-core", type=int, default=1, help="pin the load client to this core (-1: no pinning)")
     a = p.parse_args()
-    levels = [int(x) for x in a.concurrency.split(",")]
     argv = rendered_argv(a.dtype or None)
-    params = ServiceParams(
+    base = ServiceParams(
         max_num_seqs=flag(argv, "--max-num-seqs", 128), max_num_batched_tokens=flag(argv, "--max-num-batched-tokens", 2048)
     )
     proc = None
+    began = time.perf_counter()
     if a.url:
         url, start_s = a.url, math.nan
     else:
         proc, url, start_s = start_server(runtime.find(install_missing=True), argv)
         print(f"vLLM answered /health {start_s:.0f} s after start", flush=True)
+        base = dataclasses.replace(base, startup_s=round(start_s, 1))
     if a.client_core >= 0 and a.client_core < (os.cpu_count() or 1):
         # like the reference sweep (load-curve.md): the client on core 1, off vLLM's worker core 0
         os.sched_setaffinity(0, {a.client_core})
-    rows = []
+    measured: dict[str, tuple[Point, float]] = {}
     try:
         asyncio.run(closed_loop(url, 4, 5.0, warmup=0.0))  # warm-up, discarded
-        for c in levels:
-            real = asyncio.run(closed_loop(url, c, a.seconds))
-            sim = simulate(params, c, round(real["tokens"]), a.seconds)
-            rows.append({"c": c, "real": real, "sim": sim})
-            print(json.dumps(rows[-1]), flush=True)
+        for c in sorted({*a.fit, *a.check}):
+            measured[f"c={c}"] = asyncio.run(closed_loop(url, c, a.seconds))
+            print(f"c={c}: {measured[f'c={c}'][0]}", flush=True)
+        fitted = fit({c: measured[f"c={c}"][0] for c in a.fit}, base)
+        tokens = round(statistics.fmean(measured[f"c={c}"][0].tokens for c in a.fit))
+        rates = {}
+        for share in a.open_loop:
+            name = f"open {share:.0%} {share * fitted.capacity_rps(tokens):.0f}/s"
+            rates[name] = share * fitted.capacity_rps(tokens)
+            measured[name] = asyncio.run(open_loop(url, rates[name], a.seconds))
+            print(f"open loop {rates[name]:.1f}/s: {measured[name][0]}", flush=True)
     finally:
         stop_process(proc, 60)
-    print(f"\nserver settings: max_num_seqs={params.max_num_seqs} max_num_batched_tokens={params.max_num_batched_tokens}")
-    print(f"{'c':>3} {'tok':>5} | {'req/s real':>10} {'sim':>7} {'ratio':>6} | {'client mean ms':>14} {'sim':>7} | "
-          f"{'client p99 ms':>13} {'sim':>7} | {'server mean ms':>14} {'sim':>7}")  # fmt: skip
-    for r in rows:
-        re, si = r["real"], r["sim"]
-        print(f"{r['c']:>3} {re['tokens']:>5.1f} | {re['rps']:>10.1f} {si['rps']:>7.1f} {si['rps'] / re['rps']:>6.2f} | "
-              f"{re['client_mean_ms']:>14.1f} {si['client_mean_ms']:>7.1f} | {re['client_p99_ms']:>13.1f} "
-              f"{si['client_p99_ms']:>7.1f} | {re['server_mean_ms']:>14.1f} {si['server_mean_ms']:>7.1f}")  # fmt: skip
-    return 0
+
+    def model(params: ServiceParams, name: str) -> Point:
+        if name.startswith("c="):
+            return closed_loop_model(params, int(name[2:]), tokens, a.seconds)
+        return open_loop_model(params, rates[name], tokens, a.seconds)
+
+    print(f"\nserver settings: max_num_seqs={base.max_num_seqs} max_num_batched_tokens={base.max_num_batched_tokens}; "
+          f"{tokens} tokens per request")
+    print(f"fitted on {', '.join(f'c={c}' for c in a.fit)}: " + ", ".join(
+        f"{k}={getattr(fitted, f.name):.6g}" for k, f in FIELDS.items() if getattr(fitted, f.name) != getattr(base, f.name)))
+    print(f"capacity at {tokens} tokens: fitted {fitted.capacity_rps(tokens):.1f} req/s, default model {ServiceParams().capacity_rps(tokens):.1f}")
+    print(f"\n{'level':>16} {'role':>5} | {'req/s real':>10} {'fit':>7} {'default':>7} | {'p50 ms real':>11} {'fit':>7} {'default':>7} | "
+          f"{'mean ms real':>12} {'fit':>7} | {'p99 ms real':>11} | check")
+    failed = 0
+    for name, (real, p99) in measured.items():
+        role = "fit" if name.startswith("c=") and int(name[2:]) in a.fit else "check"
+        f, d = model(fitted, name), model(ServiceParams(), name)
+        ok, figures = within(f, real)
+        verdict = "" if role == "fit" else ("ok" if ok else "MISSED") + f" ({figures})"
+        failed += role == "check" and not ok
+        print(f"{name:>16} {role:>5} | {real.rps:>10.1f} {f.rps:>7.1f} {d.rps:>7.1f} | {1000 * real.client_p50_s:>11.1f} "
+              f"{1000 * f.client_p50_s:>7.1f} {1000 * d.client_p50_s:>7.1f} | {1000 * real.client_mean_s:>12.1f} "
+              f"{1000 * f.client_mean_s:>7.1f} | {1000 * p99:>11.1f} | {verdict}")
+    if a.write:
+        about = {"fitted": time.strftime("%Y-%m-%d"), "server": url if a.url else "bench/realvllm_calibration.py (MiniLM, real vLLM 0.32)",
+                 "fit levels": a.fit, "tokens per request": tokens,
+                 "checks": {name: within(model(fitted, name), real)[1] for name, (real, _) in measured.items()}}
+        a.write.write_text(yaml.safe_dump(to_file(fitted, about), sort_keys=False))
+        print(f"\nwrote {a.write} (pooling-operator simulate ... --service-model {a.write})")
+    print(f"{time.perf_counter() - began:.0f} s in all")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
