@@ -124,10 +124,12 @@ class AutoscalingSpec(Spec):
         default=None, description="Rate window of the queries, e.g. 60s. Default: the policy's, else 60s."
     )
     scale_up: ScaleBehavior | None = Field(
-        default=None, description="Scale-up behaviour. Default: stabilization 0 s, at most 4 replicas per 15 s."
+        default=None, description="Scale-up behaviour. Default: stabilization 0 s, at most 4 replicas or doubling per 15 s, "
+        "whichever is more."
     )
     scale_down: ScaleBehavior | None = Field(
-        default=None, description="Scale-down behaviour. Default: stabilization 300 s, at most 1 replica per 15 s."
+        default=None, description="Scale-down behaviour. Default: stabilization 300 s, at most 1 replica per 15 s; once demand "
+        "has clearly fallen for one start-up (status.startup.typicalSeconds), straight to what it needs."
     )
     policy_ref: PolicyRef | None = Field(
         default=None, description="The AutoscalingPolicy to follow. Default: the policy marked default."

@@ -8,11 +8,11 @@
   `MAX_AHEAD` times today's rate, so a flash crowd's first jump is not extrapolated into a wall.
 - `quick_down`: with the default scale-down window, a fall is followed after one start-up (not the default
   300 s) when it is clear: every recommendation of that start-up is at least `CLEAR_DROP` below the current
-  count, the arrivals fell by as much and by more than `NOISE_SIGMAS` times their spread (noise around a
-  level is not a fall), and demand did not rise past that level more than once in the recommendations kept
-  (bursts that come and go are expected back). Demand that comes back within one start-up would otherwise wait a start-up
-  for replicas just removed; a clear fall sustained that long, after one rise, is not noise. A small fall keeps
-  the default window and step.
+  count; the arrivals of that start-up are below the level of the start-up before (its lower quartile, so a
+  burst shorter than three quarters of it is no level) by as much, and by more than `NOISE_SIGMAS` times
+  their own spread (noise around a level is not a fall); and demand did not rise through that fall's middle
+  more than once lately, in the recommendations kept or the arrivals remembered (bursts that come and go are
+  expected back). A small fall, or one not yet sustained for a start-up, keeps the default window and step.
 """
 
 from __future__ import annotations
