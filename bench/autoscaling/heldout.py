@@ -199,7 +199,7 @@ def report(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="1000-1069", help="seeds, e.g. 0-9 or 1000-1069 (the family is seed % 7)")
+    ap.add_argument("--seeds", default="1000-1069", help="seeds, e.g. 0-9 or 1000-1069 (the family is seed %% 7)")
     ap.add_argument("--quick", action="store_true", help="one trace per family and model (seeds 0-6)")
     ap.add_argument("--model", action="append", choices=sorted(MODELS), help="only this model (repeatable)")
     ap.add_argument("--family", action="append", choices=families.FAMILIES, help="only this family (repeatable)")
