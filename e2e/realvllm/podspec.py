@@ -8,8 +8,18 @@ namespace. The runner has neither, so it maps, and reports every mapping:
   (the model claim → the prepared model); anything else is refused with a message.
   Every argv element and env value that is a mount path, or lies under one, is rewritten to the local folder
   (``--flag=/path`` too). Nothing else in a value is touched.
-- **ports → free local ports.** Each ``containerPort`` gets a free local port; ``--port N`` (or ``--port=N``)
-  where N is a declared containerPort is rewritten to it. The probes' named or numbered ports resolve to it.
+- **ports → free local ports, one map per pod.** The containers of a pod share one network namespace, so each
+  ``containerPort`` of any of its containers gets one free local port for the whole pod; ``--port N`` (or
+  ``--port=N``) and a loopback address ``127.0.0.1:N`` / ``localhost:N`` in a value (another container's
+  endpoint, e.g. the hidden-state driver's ``--endpoint http://127.0.0.1:8000``), where N is a declared
+  containerPort, are rewritten to it. The probes' named or numbered ports resolve to it.
+- **images → local programs.** A container whose image is one the runner was given (``images``: repository →
+  a bin folder, e.g. the operator's image → this repository's ``.venv/bin``) has ``command[0]`` resolved in
+  that folder. Other images run what PATH (the vLLM runtime's) finds.
+- **in-cluster clients.** Every container gets ``KUBERNETES_SERVICE_HOST``/``PORT`` (the API server on
+  loopback), as a kubelet injects them; a mount under ``/var/run/secrets/`` (the ServiceAccount token, CA and
+  namespace a client library reads at that fixed path) is listed in ``fixed_mounts`` for the runner to bind
+  at its real path in a private mount namespace.
 - **env** is the container's, resolved as a kubelet does (``value`` with ``$(VAR)`` expansion,
   ``secretKeyRef``/``configMapKeyRef`` through the callbacks, ``fieldRef``), on top of a base env the runner
   supplies (PATH to the runtime, and the offline switches); the container's own names win.
@@ -58,6 +68,24 @@ class LocalContainer:
     rewrites: list[str] = field(default_factory=list)  # "args[0]: /models/minilm -> /home/..." etc.
     env_added: list[str] = field(default_factory=list)  # base env names the container did not set
     hub_layout: list[tuple[Path, str, Path, str]] = field(default_factory=list)  # (hub, repo id, folder, revision)
+    kind: str = "main"  # main | init | sidecar (an init container with restartPolicy: Always)
+    image: str = ""
+    fixed_mounts: list[tuple[Path, str]] = field(default_factory=list)  # (local folder, path it must appear at)
+
+
+@dataclass
+class PodPlan:
+    """Every container of a pod in start order (init containers, then the main ones) and the pod's ports."""
+
+    containers: list[LocalContainer]
+    ports: dict[int, int]  # containerPort -> local port, shared by the pod's containers
+
+    def container(self, name: str) -> LocalContainer:
+        return next(c for c in self.containers if c.name == name)
+
+
+FIXED_MOUNT_ROOT = "/var/run/secrets/"
+_LOOPBACK = re.compile(r"(?<![\w.-])(127\.0\.0\.1|localhost):(\d+)(?!\d)")
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -165,11 +193,44 @@ def volume_folders(
     return out
 
 
-def _ports(container: Mapping[str, Any], free_port: Callable[[], int]) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    for p in container.get("ports") or []:
-        out[p.get("name") or f"port-{p['containerPort']}"] = (int(p["containerPort"]), free_port())
+def _all_containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    spec = pod.get("spec", {})
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for c in spec.get("initContainers") or []:
+        out.append(("sidecar" if c.get("restartPolicy") == "Always" else "init", c))
+    out += [("main", c) for c in spec.get("containers") or []]
     return out
+
+
+def pod_ports(pod: Mapping[str, Any], free_port: Callable[[], int]) -> dict[int, int]:
+    """One free local port for each containerPort any container of the pod declares."""
+    out: dict[int, int] = {}
+    for _, c in _all_containers(pod):
+        for p in c.get("ports") or []:
+            cp = int(p["containerPort"])
+            if cp not in out:
+                out[cp] = free_port()
+    return out
+
+
+def _ports(container: Mapping[str, Any], shared: Mapping[int, int]) -> dict[str, tuple[int, int]]:
+    return {p.get("name") or f"port-{p['containerPort']}": (int(p["containerPort"]), shared[int(p["containerPort"])])
+            for p in container.get("ports") or []}  # fmt: skip
+
+
+def image_repository(image: str) -> str:
+    """``registry/name`` without its tag or digest."""
+    name = image.split("@", 1)[0]
+    head, _, tail = name.rpartition("/")
+    return f"{head}/{tail.split(':', 1)[0]}" if head else tail.split(":", 1)[0]
+
+
+def _loopback(value: str, shared: Mapping[int, int]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        port = int(m.group(2))
+        return f"{m.group(1)}:{shared[port]}" if port in shared else m.group(0)
+
+    return _LOOPBACK.sub(sub, value)
 
 
 def _probe(kind: str, spec: Mapping[str, Any] | None, ports: Mapping[str, tuple[int, int]]) -> Probe | None:
@@ -231,12 +292,17 @@ def plan(
     lookup: Lookup,
     free_port: Callable[[], int],
     pod_ip: str,
+    shared_ports: Mapping[int, int] | None = None,
+    images: Mapping[str, Path] | None = None,
+    cluster_env: Mapping[str, str] | None = None,
 ) -> LocalContainer:
-    """The local process for one container of ``pod`` (raises PlanError with the reason when it cannot run)."""
-    spec = pod.get("spec", {})
-    container = next((c for c in spec.get("containers") or [] if c["name"] == container_name), None)
-    if container is None:
+    """The local process for one container of ``pod`` (raises PlanError with the reason when it cannot run).
+    ``shared_ports``: the pod's port map (``pod_ports``), drawn here when not given."""
+    found = next(((k, c) for k, c in _all_containers(pod) if c["name"] == container_name), None)
+    if found is None:
         raise PlanError(f"no container {container_name!r}")
+    kind, container = found
+    shared = pod_ports(pod, free_port) if shared_ports is None else shared_ports
     volumes = volume_folders(pod, pod_dir, claims)
     mounts: dict[str, Path] = {}
     for m in container.get("volumeMounts") or []:
@@ -252,30 +318,39 @@ def plan(
     if not argv_in:
         raise PlanError("the container has no command: the pod runner cannot use an image's entrypoint")
     ncmd = len(container.get("command") or [])
-    ports = _ports(container, free_port)
-    declared = {str(cp): loc for cp, loc in ports.values()}
+    ports = _ports(container, shared)
+    declared = {str(cp): loc for cp, loc in shared.items()}
+    image = str(container.get("image", ""))
+    bin_dir = (images or {}).get(image_repository(image))
     argv: list[str] = []
     for i, a in enumerate(argv_in):
         where = f"command[{i}]" if i < ncmd else f"args[{i - ncmd}]"
         new = a
         mapped = _map_value(a, mounts)
-        if mapped is not None:
+        if i == 0 and ncmd and bin_dir is not None and "/" not in a:
+            new = str(bin_dir / a)
+        elif mapped is not None:
             new = mapped
         elif i > 0 and argv_in[i - 1] == "--port" and a in declared:
             new = str(declared[a])
         elif a.startswith("--port=") and a.split("=", 1)[1] in declared:
             new = f"--port={declared[a.split('=', 1)[1]]}"
+        else:
+            new = _loopback(a, shared)
         if new != a:
-            rewrites.append(f"{where}: {a} -> {new}")
+            rewrites.append(f"{where}: {a} -> {new}" + (f" (image {image})" if i == 0 and bin_dir is not None else ""))
         argv.append(new)
 
     for name, value in list(env.items()):
         mapped = _map_value(value, mounts)
-        if mapped is not None:
-            rewrites.append(f"env {name}: {value} -> {mapped}")
-            env[name] = mapped
-    added = [k for k in base_env if k not in env]
-    full_env = {**base_env, **env}
+        new = mapped if mapped is not None else _loopback(value, shared)
+        if new != value:
+            rewrites.append(f"env {name}: {value} -> {new}")
+            env[name] = new
+    base = {**base_env, **(cluster_env or {})}
+    added = [k for k in base if k not in env]
+    full_env = {**base, **env}
+    fixed = [(folder, path) for path, folder in mounts.items() if path.startswith(FIXED_MOUNT_ROOT)]
 
     layout: list[tuple[Path, str, Path, str]] = []
     model = _positional_model(argv)
@@ -290,10 +365,10 @@ def plan(
         layout.append((Path(hub), model, folder, revision))
 
     probes = {}
-    for kind in ("startup", "readiness", "liveness"):
-        p = _probe(kind, container.get(f"{kind}Probe"), ports)
+    for probe_kind in ("startup", "readiness", "liveness"):
+        p = _probe(probe_kind, container.get(f"{probe_kind}Probe"), ports)
         if p is not None:
-            probes[kind] = p
+            probes[probe_kind] = p
     return LocalContainer(
         name=container_name,
         argv=argv,
@@ -304,7 +379,33 @@ def plan(
         rewrites=rewrites,
         env_added=added,
         hub_layout=layout,
+        kind=kind,
+        image=image,
+        fixed_mounts=fixed,
     )
+
+
+def plan_pod(pod: Mapping[str, Any], **kw: Any) -> PodPlan:
+    """Every container of ``pod`` planned against one port map (``plan``'s keywords, without
+    ``shared_ports``); raises PlanError naming the container that cannot run."""
+    shared = pod_ports(pod, kw["free_port"])
+    out = []
+    for _, c in _all_containers(pod):
+        try:
+            out.append(plan(pod, c["name"], shared_ports=shared, **kw))
+        except PlanError as e:
+            raise PlanError(f'container "{c["name"]}": {e}') from None
+    return PodPlan(out, shared)
+
+
+def in_mount_namespace(argv: list[str], fixed: list[tuple[Path, str]]) -> list[str]:
+    """``argv`` run in a private mount namespace where each (local folder, path) of ``fixed`` is bound at its
+    path (``unshare`` execs, ``sh`` execs: the process keeps the pid the runner started)."""
+    if not fixed:
+        return argv
+    script = 'set -e; while [ "$1" != "--" ]; do mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
+    pairs = [x for folder, path in fixed for x in (str(folder), path)]
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *pairs, "--", *argv]
 
 
 def hub_entries(hub: Path, repo_id: str, folder: Path, revision: str) -> Iterable[tuple[Path, Path | str]]:

@@ -14,7 +14,12 @@ from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _child_setup, stop_pid, stop_process
 from e2e.realvllm.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.realvllm.podspec import image_repository
 from e2e.realvllm.runtime import MODELS, Runtime
+from pooling_operator import OPERATOR_IMAGE
+
+# The operator's own programs (pooling-operator: the hidden-state driver) as this repository's .venv has them.
+OPERATOR_BIN = Path(sys.executable).parent
 
 MODEL_CLAIM = "models"  # the claim name test specs use for the model volume; its folder holds models/<key>/
 
@@ -72,6 +77,8 @@ class PodRunner:
             "--claim", f"{MODEL_CLAIM}={rt.root / 'models'}",
             *[f"--hub-model={m.repo_id}={rt.model_dir(m)}@{m.revision}" for m in MODELS],
             *[f"--env={k}={v}" for k, v in rt.env().items()],  # beneath each container's own env
+            # the operator's image (the hidden-state driver) runs this repository's .venv: its pooling-operator
+            f"--image={image_repository(OPERATOR_IMAGE)}={OPERATOR_BIN}",
         ]  # fmt: skip
 
     def start(self, timeout: float = 60) -> PodRunner:

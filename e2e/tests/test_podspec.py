@@ -135,3 +135,135 @@ def test_longest_mount_wins_and_flags_with_paths_map() -> None:
     assert podspec.map_path("/datax", mounts) is None
     assert podspec._map_value("--download-dir=/data/z", mounts) == "--download-dir=/l/d/z"
     assert podspec._map_value("0.0.0.0", mounts) is None
+
+
+JOB = """
+apiVersion: vllm-pooling.io/v1alpha1
+kind: HiddenStateJob
+metadata: {name: hs, namespace: real}
+spec:
+  model:
+    name: /smollm2
+    source: {volume: {claimName: models, path: /smollm2, readOnly: true}}
+  layers: [3, 30]
+  dataset: {volume: {claimName: data, path: /prompts.jsonl}}
+  output: {volume: {claimName: data, path: /out}}
+  shards: 2
+  parallelism: 1
+  engine: {image: "vllm/vllm-openai:v0.32.0", dtype: float32, maxModelLen: 256}
+  resources: {gpu: {count: 0}, cpu: "1", memory: 4Gi}
+"""
+
+SA_VOLUME = {  # what ServiceAccount admission adds to every pod (and mounts into every container)
+    "name": "kube-api-access-x",
+    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}},
+                              {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                              {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]},
+}  # fmt: skip
+SA_MOUNT = {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}
+
+
+def _job_pod(tmp_path: Path) -> dict[str, Any]:
+    f = tmp_path / "job.yaml"
+    f.write_text(JOB)
+    out = subprocess.run(
+        [sys.executable, "-m", "pooling_operator", "render", str(f)], check=True, capture_output=True, text=True, cwd=REPO
+    ).stdout
+    job = next(d for d in yaml.safe_load_all(out) if d["kind"] == "Job")
+    tmpl = job["spec"]["template"]
+    spec = tmpl["spec"]
+    spec["volumes"].append(SA_VOLUME)
+    for c in [*spec["initContainers"], *spec["containers"]]:
+        c["volumeMounts"].append(SA_MOUNT)
+    meta = {**tmpl["metadata"], "name": "hs-0-abc", "namespace": "real", "uid": "u-2",
+            "annotations": {"batch.kubernetes.io/job-completion-index": "0"}}  # fmt: skip
+    return {"metadata": meta, "spec": spec}
+
+
+def test_a_job_pod_is_planned_as_one_pod(tmp_path: Path) -> None:
+    """The Job's pod: vLLM as a native sidecar, the driver as the main container, one port map for both, the
+    operator's image mapped to a local bin folder, in-cluster env, and the ServiceAccount mount as a fixed mount."""
+    from pooling_operator import OPERATOR_IMAGE
+
+    pod = _job_pod(tmp_path)
+    ports = iter(range(41000, 41100))
+    bin_dir = tmp_path / "venv-bin"
+    plan = podspec.plan_pod(
+        pod, pod_dir=tmp_path / "pod", claims={"models": tmp_path / "models", "data": tmp_path / "data"},
+        hub_models={}, base_env={"PATH": "/rt/bin"}, lookup=lambda *_: None, free_port=lambda: next(ports),
+        pod_ip="10.0.0.9", images={podspec.image_repository(OPERATOR_IMAGE): bin_dir},
+        cluster_env={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"},
+    )  # fmt: skip
+    assert [(c.name, c.kind) for c in plan.containers] == [("vllm", "sidecar"), ("driver", "main")]
+    assert plan.ports == {8000: 41000}
+    vllm, driver = plan.containers
+    assert vllm.ports == {"http": (8000, 41000)} and vllm.probes["startup"].port == 41000
+    # the driver reaches the sidecar through the pod's one port map; its program is the mapped image's
+    assert driver.argv[0] == str(bin_dir / "pooling-operator")
+    assert driver.argv[driver.argv.index("--endpoint") + 1] == "http://127.0.0.1:41000"
+    assert f"command[0]: pooling-operator -> {bin_dir}/pooling-operator (image {OPERATOR_IMAGE})" in driver.rewrites
+    assert any(r.endswith("http://127.0.0.1:8000 -> http://127.0.0.1:41000") for r in driver.rewrites)
+    assert driver.argv[driver.argv.index("--shard") + 1] == "0"  # $(JOB_COMPLETION_INDEX) from the annotation
+    assert vllm.argv[0] == "vllm" and "vllm" not in [r.split(":")[0] for r in vllm.rewrites]  # PATH finds vllm
+    for c in plan.containers:
+        assert c.env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1" and c.env["KUBERNETES_SERVICE_PORT"] == "6443"
+        assert "KUBERNETES_SERVICE_HOST" in c.env_added
+        assert c.fixed_mounts == [(tmp_path / "pod" / "volumes" / "kube-api-access-x",
+                                   "/var/run/secrets/kubernetes.io/serviceaccount")]  # fmt: skip
+    # the dataset and the output map to the claim's folder in the driver's argv
+    assert driver.argv[driver.argv.index("--dataset") + 1] == str(tmp_path / "data" / "prompts.jsonl")
+
+
+def test_a_container_that_sets_the_service_host_keeps_it(tmp_path: Path) -> None:
+    pod = _pod(tmp_path)
+    pod["spec"]["containers"][0]["env"].append({"name": "KUBERNETES_SERVICE_HOST", "value": "example"})
+    p = _plan(pod, tmp_path, cluster_env={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"})
+    assert p.env["KUBERNETES_SERVICE_HOST"] == "example" and p.env["KUBERNETES_SERVICE_PORT"] == "1"
+    assert p.fixed_mounts == []
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:41000"),
+        ("localhost:8000/x", "localhost:41000/x"),
+        ("http://127.0.0.1:80001", "http://127.0.0.1:80001"),  # not a declared port
+        ("http://10.127.0.0.1:8000", "http://10.127.0.0.1:8000"),  # not loopback
+        ("http://example.com:8000", "http://example.com:8000"),
+        ("127.0.0.1:9", "127.0.0.1:9"),
+    ],
+)
+def test_only_loopback_addresses_of_declared_ports_are_rewritten(value: str, want: str) -> None:
+    assert podspec._loopback(value, {8000: 41000}) == want
+
+
+@pytest.mark.parametrize(
+    ("image", "repository"),
+    [
+        ("ghcr.io/o/op:v0.2.0", "ghcr.io/o/op"),
+        ("localhost:5000/op:v1", "localhost:5000/op"),
+        ("op", "op"),
+        ("op@sha256:abc", "op"),
+        ("ghcr.io/o/op:v1@sha256:abc", "ghcr.io/o/op"),
+    ],
+)
+def test_image_repository(image: str, repository: str) -> None:
+    assert podspec.image_repository(image) == repository
+
+
+def test_fixed_mounts_run_in_a_private_mount_namespace(tmp_path: Path) -> None:
+    argv = podspec.in_mount_namespace(["prog", "a b"], [(Path("/l/sa"), "/var/run/secrets/k/sa")])
+    assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
+    assert argv[-5:] == ["/l/sa", "/var/run/secrets/k/sa", "--", "prog", "a b"]
+    assert podspec.in_mount_namespace(["prog"], []) == ["prog"]
+    # the wrapper runs: the bound folder is what the process sees at the fixed path (where this user may)
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode:
+        pytest.skip("no mount namespaces for this user")
+    local, fixed = tmp_path / "local", tmp_path / "fixed" / "sa"
+    local.mkdir()
+    (local / "token").write_text("t0k")
+    argv = podspec.in_mount_namespace(["cat", str(fixed / "token")], [(local, str(fixed))])
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "t0k"
+    assert fixed.is_dir() and not any(fixed.iterdir())  # the bind was private to that process
