@@ -172,6 +172,50 @@ def test_hidden_state_job_status() -> None:
     assert count_indexes("1,3-5,9") == 5 and count_indexes("") == 0
 
 
+def _report(done: int, total: int, tokens: int, hidden: int = 64, width: int = 4) -> dict[str, int]:
+    return {"done": done, "total": total, "tokens": tokens, "hiddenSize": hidden, "valueBytes": width}
+
+
+@pytest.mark.parametrize(("progress", "shards", "want"), [
+    ({}, 2, None),  # nothing reported
+    ({0: _report(0, 10, 0)}, 1, None),  # no sample done yet
+    ({0: _report(5, 10, 50, hidden=0, width=0)}, 1, None),  # width and hidden size not known yet
+    ({0: _report(10, 10, 100)}, 1, 100 * 3 * 64 * 4),  # all done: exactly tokens x layers x hidden x width
+    ({0: _report(5, 10, 50)}, 1, 100 * 3 * 64 * 4),  # half done: doubled
+    ({0: _report(5, 10, 50)}, 2, 2 * 100 * 3 * 64 * 4),  # the other shard counts as this one's mean
+    ({0: _report(5, 10, 50), 1: _report(10, 10, 100, width=2)}, 2, round((50 * 3 * 64 * 4 + 100 * 3 * 64 * 2) / 15 * 20)),
+])  # fmt: skip
+def test_the_storage_estimate_projects_what_is_seen_over_the_dataset(
+    progress: dict[int, dict[str, int]], shards: int, want: int | None
+) -> None:
+    from pooling_operator.status.jobs import storage_estimate
+
+    got = storage_estimate(progress, 3, shards)
+    assert (got[0] if got else None) == want
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0"), (1023, "1023"), (1536, "1.5Ki"), (5 * 2**30, "5Gi"), (int(2.25 * 2**40), "2.2Ti")])
+def test_human_quantity(n: int, text: str) -> None:
+    from pooling_operator.status.jobs import human_quantity
+
+    assert human_quantity(n) == text
+
+
+def test_hidden_state_job_status_shows_the_storage_estimate_next_to_the_budget() -> None:
+    import json
+
+    from pooling_operator.status.jobs import job_status
+    from tests.factories import hidden_states
+
+    r = parsed(hidden_states({"output": {"storageBudget": "2Ti"}}))  # 4 layers, 4 shards
+    cm = {"data": {"shard-0": json.dumps({"state": "running", **_report(10, 100, 1000, hidden=4096, width=2)})}}
+    storage = job_status(r, {"status": {"active": 4}}, cm)["storage"]
+    per_sample = 1000 * 4 * 4096 * 2 / 10
+    assert storage["estimatedBytes"] == round(per_sample * 100 * 4) and storage["budget"] == "2Ti"
+    assert storage["estimate"] == "1.2Gi" and "1 of 4 shards reporting" in storage["basis"]
+    assert "storage" not in job_status(parsed(hidden_states()), None, None)  # no budget, nothing seen
+
+
 def test_degraded_after_the_startup_budget_even_when_the_rollout_finished() -> None:
     from datetime import UTC, datetime
 

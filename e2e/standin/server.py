@@ -28,6 +28,9 @@ CRASH_EXIT_CODE = 70
 NUMPY_DTYPES = {"float16": np.float16, "float32": np.float32}
 
 
+STANDIN_VERSION = "0.32.0+standin"
+
+
 @dataclass(frozen=True)
 class Options:
     host: str
@@ -99,9 +102,14 @@ class StandIn:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/completions", self.complete)
         return app
+
+    async def version(self, request: web.Request) -> web.Response:
+        # vLLM answers {"version": "<its version>"}; the real_vllm tier checks the real one in the run record
+        return web.json_response({"version": STANDIN_VERSION})
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=503 if self.crashing.is_set() else 200)

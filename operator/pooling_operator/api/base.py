@@ -126,7 +126,8 @@ class ModelHints(Spec):
         "pooling tasks the model can serve and whether vLLM can chunk its prompts.",
     )
     num_hidden_layers: int | None = Field(
-        default=None, ge=1, le=1024, description="config.json num_hidden_layers: the highest valid hidden-state layer id."
+        default=None, ge=1, le=1024, description="config.json num_hidden_layers: the highest valid hidden-state layer id "
+        "(the last decoder layer's output, before the final norm)."
     )
     hidden_size: int | None = Field(
         default=None,

@@ -42,7 +42,11 @@ PROGRESS_FAILED = "failed"  # samples that failed in the latest run
 PROGRESS_BYTES = "bytes"  # bytes of the finished samples' files
 PROGRESS_TOTAL = "total"  # samples of the shard
 PROGRESS_UPDATED = "updated"  # RFC 3339 time of the write
-PROGRESS_FIELDS = (PROGRESS_STATE, PROGRESS_DONE, PROGRESS_FAILED, PROGRESS_BYTES, PROGRESS_TOTAL, PROGRESS_UPDATED)
+PROGRESS_TOKENS = "tokens"  # prompt tokens of the finished samples
+PROGRESS_HIDDEN_SIZE = "hiddenSize"  # the files' hidden size, 0 until known
+PROGRESS_VALUE_BYTES = "valueBytes"  # bytes of one hidden-state value (2 or 4), 0 until known
+PROGRESS_FIELDS = (PROGRESS_STATE, PROGRESS_DONE, PROGRESS_FAILED, PROGRESS_BYTES, PROGRESS_TOTAL, PROGRESS_UPDATED,
+                   PROGRESS_TOKENS, PROGRESS_HIDDEN_SIZE, PROGRESS_VALUE_BYTES)  # fmt: skip
 
 # The states of a shard. Only RUNNING is not final.
 RUNNING = "running"

@@ -87,8 +87,9 @@ class HiddenStateJobSpec(Spec):
     layers: list[Annotated[int, Field(ge=0, le=1024)]] = Field(
         min_length=1,
         max_length=64,
-        description="Layer ids to extract: non-empty, unique, ascending; 0 is the embeddings and "
-        "model.hints.numHiddenLayers the last layer.",
+        description="Layer ids to extract: non-empty, unique, ascending. Id k is the residual stream after k "
+        "decoder layers: 0 the embeddings, model.hints.numHiddenLayers the last decoder layer's output before "
+        "the final norm (vLLM's EAGLE-3 convention; transformers' last hidden_states entry is after the norm).",
         json_schema_extra={"x-kubernetes-list-type": "set", **validations(cel("self.isSorted()", M.LAYERS_ASCENDING))},
     )
     dataset: DatasetSpec = Field(description=DatasetSpec.__doc__)
@@ -133,6 +134,22 @@ class OutputStatus(Spec):
     manifests: list[str] | None = Field(default=None, description="Manifest files, one per shard.")
 
 
+class StorageStatus(Spec):
+    """What the output will take: the estimate next to the budget."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    estimated_bytes: int | None = Field(
+        default=None,
+        description="Projected bytes of hidden states for the whole dataset: prompt tokens seen x layers x hidden "
+        "size x bytes per value, per sample done, times the dataset's samples (shards not yet reporting count "
+        "as the mean of those that do). Absent until a shard has finished a sample.",
+    )
+    estimate: str | None = Field(default=None, description="estimatedBytes as a quantity (e.g. 1.5Ti).")
+    budget: str | None = Field(default=None, description="spec.output.storageBudget, as written.")
+    basis: str | None = Field(default=None, description="What the estimate is projected from.")
+
+
 class HiddenStateJobStatus(StatusBase):
     """Observed state of a HiddenStateJob."""
 
@@ -140,5 +157,6 @@ class HiddenStateJobStatus(StatusBase):
     samples: SampleCounts | None = Field(default=None, description=SampleCounts.__doc__)
     bytes_written: int | None = Field(default=None, description="Bytes of safetensors written.")
     output: OutputStatus | None = Field(default=None, description=OutputStatus.__doc__)
+    storage: StorageStatus | None = Field(default=None, description=StorageStatus.__doc__)
     start_time: str | None = Field(default=None, description="When the Job started.")
     completion_time: str | None = Field(default=None, description="When the Job finished.")

@@ -157,6 +157,8 @@ KINDS: dict[str, KindInfo] = {
                 _col("Shards", ".spec.shards", "integer", "Shards in the job."),
                 _col("Done", ".status.shards.succeeded", "integer", "Shards finished."),
                 _col("Samples", ".status.samples.done", "integer", "Samples written."),
+                _col("Storage", ".status.storage.estimate", description="Projected size of the output.", priority=1),
+                _col("Budget", ".status.storage.budget", description="output.storageBudget.", priority=1),
                 _col("Succeeded", '.status.conditions[?(@.type=="Succeeded")].status', description="Finished."),
                 AGE,
             ),

@@ -182,6 +182,10 @@ def vllm_volumes(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return volumes, mounts
 
 
+# One UID for every container of a pod, set once here at the pod level and never per container: vLLM's
+# hidden-states connector writes its files with safetensors' save_file, mode 0600, and the hidden-state driver
+# in the same pod must read and move them; fsGroup does not help with 0600 (hidden-states-cpu.md §3).
+# tests/test_hidden_states_driver.py breaks if a container's UID diverges from the pod's.
 POD_SECURITY = {
     "runAsNonRoot": True,
     "runAsUser": 1000,

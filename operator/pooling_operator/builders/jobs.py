@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import posixpath
 from typing import Any
 
@@ -41,11 +42,22 @@ def shard_budget_bytes(resource: HiddenStateJob) -> int | None:
     return int(parse_quantity(str(budget))) // resource.spec.shards
 
 
-def dtype_bytes(dtype: str | None) -> int:
-    return 4 if dtype == "float32" else 2
+def dtype_bytes(dtype: str | None) -> str:
+    """The driver's ``--dtype-bytes``: the width of an explicit ``engine.dtype``, else ``auto`` (vLLM's auto
+    dtype depends on the model and the device — float32 on a CPU for a bfloat16 model — so the driver takes it
+    from the first file's header)."""
+    return {"float32": "4", "float16": "2", "bfloat16": "2"}.get(dtype or "auto", "auto")
 
 
-def driver_args(resource: HiddenStateJob, w: Workload) -> list[str]:
+def run_info(resource: HiddenStateJob, w: Workload, argv: list[str]) -> str:
+    """What the driver records beside the manifest (hidden_states/record.py): the model, its revision, the
+    image and vLLM's full command line (Kubernetes expands $(JOB_COMPLETION_INDEX) in it, as in vLLM's)."""
+    spec = resource.spec
+    doc = {"model": spec.model.name, "revision": spec.model.revision, "image": w.engine.image, "command": argv}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def driver_args(resource: HiddenStateJob, w: Workload, argv: list[str]) -> list[str]:
     spec = resource.spec
     args = [
         "hidden-states", "run",
@@ -57,7 +69,8 @@ def driver_args(resource: HiddenStateJob, w: Workload) -> list[str]:
         "--model", w.served_name,
         "--layers", ",".join(str(x) for x in spec.layers),
         "--progress-configmap", progress_configmap_name(w.name),
-        "--dtype-bytes", str(dtype_bytes(spec.engine.dtype)),
+        "--dtype-bytes", dtype_bytes(spec.engine.dtype),
+        "--run-info", run_info(resource, w, argv),
     ]
     hints = spec.model.hints
     if hints and hints.hidden_size:
@@ -95,7 +108,7 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
         "name": "driver",
         "image": ctx.operator_image,
         "command": ["pooling-operator"],
-        "args": driver_args(resource, w),
+        "args": driver_args(resource, w, argv),
         "env": [INDEX_ENV, field_env("POD_NAMESPACE", "metadata.namespace"), env_var("PYTHONUNBUFFERED", "1")],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [
@@ -108,6 +121,7 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
         "restartPolicy": "Never",
         "serviceAccountName": w.name,
         "enableServiceLinks": False,
+        # vLLM and the driver share POD_SECURITY's one UID: vLLM's files are mode 0600 (see POD_SECURITY)
         "securityContext": POD_SECURITY,
         **placement(spec.template, spec.resources),
         "initContainers": [vllm],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,24 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _dtype_bytes(text: str) -> int | None:
+    if text == "auto":
+        return None
+    if text in ("2", "4"):
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected 2, 4 or auto, got {text!r}")
+
+
+def _run_info(text: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return doc
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -63,8 +82,11 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--model", required=True, help="vLLM's served model name")
     r.add_argument("--layers", type=_layers, required=True, help="the extracted layer ids, comma-separated")
     r.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
-    r.add_argument("--dtype-bytes", type=int, choices=(2, 4), required=True, help="bytes per hidden-state value")
+    r.add_argument("--dtype-bytes", type=_dtype_bytes, required=True, metavar="{2,4,auto}",
+                   help="bytes per hidden-state value; auto: what the first file holds (engine.dtype auto)")  # fmt: skip
     r.add_argument("--hidden-size", type=_positive, help="the model's hidden size (checked in every file)")
+    r.add_argument("--run-info", type=_run_info, default=None, metavar="JSON",
+                   help="what the operator ran, for the run record: model, revision, image and vLLM's command")  # fmt: skip
     r.add_argument("--budget-bytes", type=_non_negative, help="this shard's share of the storage budget")
     r.add_argument("--concurrency", type=_positive, default=32, help="requests in flight (default 32)")
     r.add_argument("--max-attempts", type=_positive, default=4, help="tries per sample (default 4)")
@@ -82,6 +104,7 @@ def config_from(args: argparse.Namespace) -> Config:
     return Config(
         shard=args.shard, shards=args.shards, dataset=args.dataset, output=args.output, endpoint=args.endpoint,
         model=args.model, layers=args.layers, dtype_bytes=args.dtype_bytes, hidden_size=args.hidden_size,
+        run_info=args.run_info,
         budget_bytes=args.budget_bytes, concurrency=args.concurrency, max_attempts=args.max_attempts,
         retry_base_seconds=args.retry_base_seconds, health_timeout=args.health_timeout,
         request_timeout=args.request_timeout, lock_timeout=args.lock_timeout, progress_interval=args.progress_interval,

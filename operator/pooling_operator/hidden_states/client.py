@@ -78,6 +78,16 @@ class VllmClient:
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
 
+    async def version(self) -> str | None:
+        """vLLM's ``/version`` (``{"version": "0.32.0"}``), or None when it has none or cannot answer."""
+        try:
+            async with self._session.get(f"{self.endpoint}/version", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                doc = json.loads(await r.read()) if r.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            return None
+        version = doc.get("version") if isinstance(doc, dict) else None
+        return version if isinstance(version, str) else None
+
     async def wait_healthy(self, timeout: float) -> bool:
         """Poll /health until it answers 200 or ``timeout`` seconds pass.
 

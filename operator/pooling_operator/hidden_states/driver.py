@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from pooling_operator import __version__
 from pooling_operator.api.hidden_state_contract import (
     BUDGET_EXCEEDED,
     DATASET_UNREADABLE,
@@ -42,6 +44,8 @@ from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, h
 from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
 from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
 from pooling_operator.hidden_states.files import (
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
     Expectation,
     FileFacts,
     InvalidFile,
@@ -63,6 +67,7 @@ from pooling_operator.hidden_states.manifest import (
     write_json_atomically,
 )
 from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
+from pooling_operator.hidden_states.record import RUN_RECORD, RunRecord, finish, write_record
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +81,9 @@ class Config:
     endpoint: str
     model: str
     layers: tuple[int, ...]
-    dtype_bytes: int
+    dtype_bytes: int | None  # None: ``--dtype-bytes auto``, learned from the first good file
     hidden_size: int | None = None
+    run_info: dict[str, Any] | None = None  # the operator's --run-info: model, revision, image, vLLM's command
     budget_bytes: int | None = None
     concurrency: int = 32
     max_attempts: int = 4
@@ -111,6 +117,16 @@ class Driver:
         self._lost = False
         self._health: asyncio.Task[None] | None = None
         self.full: str | None = None  # why the output volume counts as full, once it does
+        self.width: int | None = config.dtype_bytes  # bytes a hidden-state value; None until the first file says
+        self.record = RunRecord(config.shard, config.shards, config.layers, dict(config.run_info or {}),
+                                hidden_size=config.hidden_size)  # fmt: skip
+        self._recorded_file = False
+
+    @property
+    def width_bound(self) -> int:
+        """The width estimates use: the known one, else the widest float vLLM writes (a budget is never
+        undershot before the first file has said)."""
+        return self.width if self.width is not None else max(DTYPE_BYTES[d] for d in FLOAT_DTYPES)
 
     @property
     def name(self) -> str:
@@ -134,6 +150,7 @@ class Driver:
             await self.reporter.final(DATASET_UNREADABLE)
             return EXIT_DATASET_UNREADABLE
         self.counts.total = shard.total
+        await self._io(self._write_record)
         ticker = asyncio.get_running_loop().create_task(self._tick())
         state, code = FAILED, EXIT_FAILED
         try:
@@ -153,6 +170,9 @@ class Driver:
             ticker.cancel()
             if self._health is not None:
                 self._health.cancel()
+            finish(self.record, state)
+            with contextlib.suppress(OSError):  # the record is provenance; a full volume must not hide the state
+                await self._io(self._write_record)
             await self.reporter.final(state)
         return code
 
@@ -164,6 +184,9 @@ class Driver:
         todo = [s for s in shard.samples if s.id not in resumed.entries]
         self.counts.done = resumed_count
         self.counts.bytes = resumed.bytes
+        self.counts.tokens = sum(e.tokens for i, e in resumed.entries.items() if i in mine)
+        self.counts.hidden_size = c.hidden_size or 0
+        self.counts.value_bytes = self.width or 0
         log.info(
             "Resumed %s: %d of %d samples already in the manifest (%s), %d malformed lines; dropped %d torn and %d "
             "stale manifest lines, %d orphan files and %d staged files", self.name, resumed_count, shard.total,
@@ -186,6 +209,8 @@ class Driver:
                 if not await client.wait_healthy(c.health_timeout):
                     raise ServerUnavailable(f"vLLM at {c.endpoint} was not healthy within {c.health_timeout:.0f} s")
                 self._up.set()
+                self.record.vllm_version = await client.version()
+                await self._io(self._write_record)
                 await self._process(todo, client, manifest, failed, budget)
         await self._io(self._clean_staging)
         if self.full is not None:
@@ -257,7 +282,7 @@ class Driver:
             ids = await client.count_tokens(sample.prompt)
             tokens = len(ids) if ids is not None else tokens_upper_bound(sample.prompt)
         assert c.hidden_size is not None  # the CLI requires it with a budget
-        return estimate_file_bytes(tokens, len(c.layers), c.hidden_size, c.dtype_bytes)
+        return estimate_file_bytes(tokens, len(c.layers), c.hidden_size, self.width_bound)
 
     async def _sample(self, sample: Sample, client: VllmClient, manifest: ManifestWriter, failed: FailedLog,
                       budget: Budget) -> None:
@@ -326,6 +351,9 @@ class Driver:
             if reserved:
                 await budget.settle(reserved, 0)
 
+    def _write_record(self) -> None:
+        write_record(self.paths.folder / RUN_RECORD, self.record, __version__)
+
     def _inspect(self, completion: Completion, sample: Sample) -> FileFacts:
         c = self.config
         tokens = completion.prompt_tokens
@@ -334,9 +362,20 @@ class Driver:
                 raise InvalidFile(f"vLLM counted {tokens} prompt tokens, the sample has {len(sample.token_ids)}",
                                   retryable=False)
             tokens = len(sample.token_ids)
-        expect = Expectation(layers=len(c.layers), dtype_bytes=c.dtype_bytes, hidden_size=c.hidden_size, tokens=tokens,
+        expect = Expectation(layers=len(c.layers), dtype_bytes=self.width, hidden_size=c.hidden_size, tokens=tokens,
                              token_ids=sample.token_ids)
-        return inspect_file(completion.hidden_states_path, expect, lock_timeout=c.lock_timeout)
+        facts = inspect_file(completion.hidden_states_path, expect, lock_timeout=c.lock_timeout)
+        if not self._recorded_file:  # the first good file of this run says what the files hold
+            self._recorded_file = True
+            self.record.dtype, self.record.hidden_size = facts.dtype, facts.hidden_size
+            self.counts.hidden_size, self.counts.value_bytes = facts.hidden_size, DTYPE_BYTES[facts.dtype]
+            with contextlib.suppress(OSError):
+                self._write_record()
+        if self.width is None:  # --dtype-bytes auto: the first good file says what vLLM's auto dtype is
+            self.width = DTYPE_BYTES[facts.dtype]
+            log.info("%s: vLLM writes %s hidden states (%d bytes a value), learned from sample %s; every later file "
+                     "must match", self.name, facts.dtype, self.width, sample.id)
+        return facts
 
     async def _commit(self, sample: Sample, staged: str, facts: FileFacts, manifest: ManifestWriter) -> bool:
         """Move the file into place, then append its line; False when the volume is full. When the line
@@ -363,6 +402,7 @@ class Driver:
         await self._io(discard, staged)  # the lock file (the data file has moved)
         self.counts.done += 1
         self.counts.bytes += facts.bytes
+        self.counts.tokens += facts.tokens
         log.info("Wrote sample %s of %s (%d of %d, %d tokens, %s)", sample.id, self.name, self.counts.done,
                  self.counts.total, facts.tokens, human_bytes(facts.bytes))
         return True
@@ -401,7 +441,7 @@ class Driver:
         tokens = len(sample.token_ids) if sample.token_ids is not None else completion.prompt_tokens
         needed = 1
         if c.hidden_size is not None and tokens:
-            needed = estimate_file_bytes(tokens, len(c.layers), c.hidden_size, c.dtype_bytes)
+            needed = estimate_file_bytes(tokens, len(c.layers), c.hidden_size, self.width_bound)
         try:
             free = free_bytes(self.paths.folder)
         except OSError:

@@ -140,7 +140,7 @@ class Expectation:
     """What one sample's file must look like."""
 
     layers: int
-    dtype_bytes: int
+    dtype_bytes: int | None  # None: any float (``--dtype-bytes auto`` before the first file has said which)
     hidden_size: int | None = None
     tokens: int | None = None
     token_ids: Sequence[int] | None = None
@@ -215,7 +215,10 @@ def check_tensors(tensors: dict[str, Tensor], expect: Expectation) -> tuple[int,
     if names != sorted((HIDDEN_STATES, TOKEN_IDS)):
         raise InvalidFile(f"tensors are {names}, expected {HIDDEN_STATES} and {TOKEN_IDS}", retryable=False)
     hs, ids = tensors[HIDDEN_STATES], tensors[TOKEN_IDS]
-    if hs.dtype not in FLOAT_DTYPES or DTYPE_BYTES[hs.dtype] != expect.dtype_bytes:
+    if hs.dtype not in FLOAT_DTYPES:
+        raise InvalidFile(f"{HIDDEN_STATES} is {hs.dtype}, expected a float ({', '.join(sorted(FLOAT_DTYPES))})",
+                          retryable=False)  # fmt: skip
+    if expect.dtype_bytes is not None and DTYPE_BYTES[hs.dtype] != expect.dtype_bytes:
         raise InvalidFile(
             f"{HIDDEN_STATES} is {hs.dtype}, expected a {expect.dtype_bytes}-byte float (--dtype-bytes)", retryable=False
         )

@@ -1,7 +1,7 @@
 """Progress of one shard, published for the operator to aggregate into the HiddenStateJob's status.
 
 The payload is compact JSON under data key ``shard-<I>`` of the job's progress ConfigMap:
-``{"state", "done", "failed", "bytes", "total", "updated"}`` with state one of running, succeeded,
+``{"state", "done", "failed", "bytes", "total", "updated", "tokens", "hiddenSize", "valueBytes"}`` with state one of running, succeeded,
 failed, budget_exceeded, dataset_unreadable; key, fields and states are api/hidden_state_contract's.
 Writes happen at most every ``interval`` seconds while running and once at the end. A failed write is
 logged and never stops the shard: progress is a view, the manifest is the record.
@@ -21,9 +21,12 @@ from pooling_operator.api.hidden_state_contract import (
     PROGRESS_BYTES,
     PROGRESS_DONE,
     PROGRESS_FAILED,
+    PROGRESS_HIDDEN_SIZE,
     PROGRESS_STATE,
+    PROGRESS_TOKENS,
     PROGRESS_TOTAL,
     PROGRESS_UPDATED,
+    PROGRESS_VALUE_BYTES,
     RUNNING,
     progress_key,
 )
@@ -40,12 +43,17 @@ class Counts:
     done: int = 0
     failed: int = 0
     bytes: int = 0
+    tokens: int = 0  # prompt tokens of the done samples (what the storage estimate projects from)
+    hidden_size: int = 0  # 0 until known (the flag, or the first file)
+    value_bytes: int = 0
 
 
 def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
     updated = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = {PROGRESS_STATE: state, PROGRESS_DONE: counts.done, PROGRESS_FAILED: counts.failed,
-           PROGRESS_BYTES: counts.bytes, PROGRESS_TOTAL: counts.total, PROGRESS_UPDATED: updated}
+           PROGRESS_BYTES: counts.bytes, PROGRESS_TOTAL: counts.total, PROGRESS_UPDATED: updated,
+           PROGRESS_TOKENS: counts.tokens, PROGRESS_HIDDEN_SIZE: counts.hidden_size,
+           PROGRESS_VALUE_BYTES: counts.value_bytes}
     return json.dumps(doc, separators=(",", ":"))
 
 

@@ -47,6 +47,41 @@ def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]
     return out
 
 
+def human_quantity(n: int) -> str:
+    """Bytes as a Kubernetes binary quantity with at most one decimal (1536 -> 1.5Ki)."""
+    value, unit = float(n), ""
+    for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, u
+    text = f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{text}{unit}"
+
+
+def storage_estimate(progress: dict[int, dict[str, Any]], layers: int, shards: int) -> tuple[int, str] | None:
+    """(bytes, basis): tokens seen x layers x hidden size x bytes per value, per sample done, projected over the
+    samples of the reporting shards, and over the shards not reporting yet at their mean. None until some
+    shard has finished a sample and knows its files' width and hidden size."""
+    tokens = done = total = 0
+    reporting = 0
+    value_bytes = 0.0
+    for p in progress.values():
+        d, t = int(p.get(hs.PROGRESS_DONE, 0) or 0), int(p.get(hs.PROGRESS_TOKENS, 0) or 0)
+        hidden, width = int(p.get(hs.PROGRESS_HIDDEN_SIZE, 0) or 0), int(p.get(hs.PROGRESS_VALUE_BYTES, 0) or 0)
+        reporting += 1
+        total += int(p.get(hs.PROGRESS_TOTAL, 0) or 0)
+        if d and t and hidden and width:
+            tokens, done = tokens + t, done + d
+            value_bytes += t * layers * hidden * width
+    if not done or not reporting:
+        return None
+    per_sample = value_bytes / done
+    projected = per_sample * total * max(shards, reporting) / reporting
+    basis = (f"{tokens} prompt tokens in {done} samples done; {total} samples in the {reporting} of {shards} shards "
+             "reporting")  # fmt: skip
+    return round(projected), basis
+
+
 def job_status(
     resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
@@ -115,6 +150,15 @@ def job_status(
             "manifests": [hs.manifest_path(i) for i in sorted(progress)],
         },
     }
+    estimate = storage_estimate(progress, len(spec.layers), spec.shards)
+    budget = spec.output.storage_budget
+    if estimate is not None or budget is not None:
+        storage: dict[str, Any] = {}
+        if estimate is not None:
+            storage.update(estimatedBytes=estimate[0], estimate=human_quantity(estimate[0]), basis=estimate[1])
+        if budget is not None:
+            storage["budget"] = str(budget)
+        status["storage"] = storage
     if js.get("startTime"):
         status["startTime"] = js["startTime"]
     if js.get("completionTime"):

@@ -1,0 +1,66 @@
+"""The run record beside a shard's manifest (``shard-<i>/run.json``): what produced the files.
+
+The manifest says what each sample's file is (name, tokens, bytes, sha256); the record says how the files
+were made, so a reader months later can tell two runs apart and reproduce one: vLLM's version (its
+``/version``) and full command line, the image, the model's name and revision, the layer ids, the dtype and
+hidden size the files hold (from the first file of this run when the engine's dtype was auto), the driver's
+version, and when the run started and ended. Written atomically at the start of each run, when the first
+file has told the dtype, and at the end; a resumed shard's record is the last run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RUN_RECORD = "run.json"
+
+
+@dataclass
+class RunRecord:
+    shard: int
+    shards: int
+    layers: tuple[int, ...]
+    run_info: dict[str, Any]  # from the operator (--run-info): model, revision, image, command
+    dtype: str | None = None  # safetensors' name (F32, BF16, F16); None until a file or the flags say
+    hidden_size: int | None = None
+    vllm_version: str | None = None
+    started: str = field(default_factory=lambda: _now())
+    finished: str | None = None
+    state: str = "running"
+
+    def doc(self, driver_version: str) -> dict[str, Any]:
+        return {
+            "shard": self.shard,
+            "shards": self.shards,
+            "state": self.state,
+            "started": self.started,
+            "finished": self.finished,
+            "vllm": {"version": self.vllm_version, "image": self.run_info.get("image"),
+                     "command": self.run_info.get("command")},
+            "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
+            "layers": list(self.layers),
+            "dtype": self.dtype,
+            "hiddenSize": self.hidden_size,
+            "driver": {"version": driver_version},
+        }
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_record(path: Path, record: RunRecord, driver_version: str) -> None:
+    """Atomically: a reader sees the previous record or this one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record.doc(driver_version), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def finish(record: RunRecord, state: str) -> None:
+    record.state, record.finished = state, _now()
