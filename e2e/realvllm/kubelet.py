@@ -114,9 +114,13 @@ class Runner:
         hub_models: dict[str, tuple[Path, str]],
         base_env: dict[str, str],
         images: dict[str, Path] | None = None,
+        program_env: dict[str, dict[str, str]] | None = None,
+        program_override: dict[str, dict[str, str]] | None = None,
     ):
         self.api = api
         self.images = images or {}
+        self.program_env = program_env or {}
+        self.program_override = program_override or {}
         server = urllib.parse.urlsplit(api.configuration.host)
         # what a kubelet injects into every container: the API server, here on loopback
         self.cluster_env = {"KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
@@ -138,6 +142,7 @@ class Runner:
             pod, pod_dir=pod_dir, claims=self.claims, hub_models=self.hub_models,
             base_env=self.base_env, lookup=lambda kind, name, key: self._lookup(pod["metadata"]["namespace"], kind, name, key),
             free_port=lambda: _free_ports(1)[0], pod_ip=self.ip, images=self.images, cluster_env=self.cluster_env,
+            program_env=self.program_env, program_override=self.program_override,
         )  # fmt: skip
 
     def project(self, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None:
@@ -315,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hub-model", action="append", default=[], metavar="REPO=DIR@REV",
                    help="a prepared model served for a Hugging Face name (laid out as a hub cache at REV)")  # fmt: skip
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="base env for every process")
+    p.add_argument("--program-env", action="append", default=[], metavar="PROGRAM=NAME=VALUE",
+                   help="env for processes of this program only, beneath the container's (e.g. vllm=PYTHONPATH=...)")  # fmt: skip
+    p.add_argument("--program-override", action="append", default=[], metavar="PROGRAM=NAME=VALUE",
+                   help="env for processes of this program, over the container's (a machine override, recorded)")  # fmt: skip
     p.add_argument("--image", action="append", default=[], metavar="REPOSITORY=BINDIR",
                    help="run this image's command[0] from BINDIR (e.g. the operator's image from .venv/bin)")  # fmt: skip
     a = p.parse_args(argv)
@@ -328,7 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     base_env = dict(e.split("=", 1) for e in a.env)
     api = config.new_client_from_config(config_file=a.kubeconfig)
     images = {k: Path(v) for k, v in (i.split("=", 1) for i in a.image)}
-    runner = Runner(api, a.node_name, a.state_dir, claims, hub, base_env, images)
+    program_env: dict[str, dict[str, str]] = {}
+    program_override: dict[str, dict[str, str]] = {}
+    for items, into in ((a.program_env, program_env), (a.program_override, program_override)):
+        for item in items:
+            prog, name, value = item.split("=", 2)
+            into.setdefault(prog, {})[name] = value
+    runner = Runner(api, a.node_name, a.state_dir, claims, hub, base_env, images, program_env, program_override)
     runner.register()
     signal.signal(signal.SIGTERM, lambda *_: runner.stop.set())
     threading.Thread(target=runner.heartbeat, daemon=True, name="heartbeat").start()

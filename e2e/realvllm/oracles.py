@@ -7,6 +7,13 @@
                                                query (with special tokens) then the item (without; the other way
                                                round when itemFirst); softmax over the label ids only when
                                                applySoftmax, else the full-vocabulary probability; score = label 0
+    <runtime python> e2e/realvllm/oracles.py hidden-states MODEL_DIR < {"files": [...], "layers": [...]}
+        -> {"layers": {id: min cosine}, "last_after_norm": min cosine, "tokens": [[...], ...],
+            "dtypes": [...], "shapes": [...]}  each file's token_ids through transformers with
+                                               output_hidden_states: id k < num_hidden_layers against
+                                               hidden_states[k]; id = num_hidden_layers against the input of the
+                                               final norm (vLLM's EAGLE-3 convention), and, for contrast, against
+                                               hidden_states[-1] (after the norm)
 
 This file imports nothing from the repository: it runs in the runtime's virtual environment.
 """
@@ -49,10 +56,44 @@ def label_probs(model_dir: str, req: dict) -> dict:
     return {"scores": scores}
 
 
+def hidden_states(model_dir: str, req: dict) -> dict:
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model.eval()
+    n = model.config.num_hidden_layers
+    captured: dict = {}
+    model.model.norm.register_forward_hook(lambda mod, args, out: captured.__setitem__("pre_norm", args[0]))
+    layers = req["layers"]
+    worst = {str(k): 1.0 for k in layers}
+    after_norm = 1.0
+    tokens, dtypes, shapes = [], [], []
+    for path in req["files"]:
+        with safe_open(path, "pt") as f:
+            ids = f.get_tensor("token_ids")
+            hs = f.get_tensor("hidden_states")
+        tokens.append([int(x) for x in ids])
+        dtypes.append(str(hs.dtype).removeprefix("torch."))
+        shapes.append(list(hs.shape))
+        with torch.no_grad():
+            out = model(input_ids=ids.unsqueeze(0), output_hidden_states=True)
+        for slot, k in enumerate(layers):
+            ref = captured["pre_norm"][0] if k == n else out.hidden_states[k][0]
+            cos = torch.nn.functional.cosine_similarity(hs[:, slot].to(torch.float64), ref.to(torch.float64), dim=-1)
+            worst[str(k)] = min(worst[str(k)], float(cos.min()))
+            if k == n:
+                post = torch.nn.functional.cosine_similarity(hs[:, slot].double(), out.hidden_states[n][0].double(), dim=-1)
+                after_norm = min(after_norm, float(post.min()))
+    return {"layers": worst, "last_after_norm": after_norm, "tokens": tokens, "dtypes": dtypes, "shapes": shapes,
+            "num_hidden_layers": n, "hidden_size": model.config.hidden_size}
+
+
 def main() -> int:
     cmd, model_dir = sys.argv[1], sys.argv[2]
     req = json.load(sys.stdin)
-    out = {"embed": embed, "label-probs": label_probs}[cmd](model_dir, req)
+    out = {"embed": embed, "label-probs": label_probs, "hidden-states": hidden_states}[cmd](model_dir, req)
     json.dump(out, sys.stdout)
     return 0
 

@@ -7,7 +7,8 @@ namespace. The runner has neither, so it maps, and reports every mapping:
   folder per pod the runner fills; persistentVolumeClaim: the folder the runner was given for that claim name
   (the model claim → the prepared model); anything else is refused with a message.
   Every argv element and env value that is a mount path, or lies under one, is rewritten to the local folder
-  (``--flag=/path`` too). Nothing else in a value is touched.
+  (``--flag=/path`` too, and each such string inside a JSON value, such as the hidden-states connector's
+  ``shared_storage_path`` in ``--kv-transfer-config``). Nothing else in a value is touched.
 - **ports → free local ports, one map per pod.** The containers of a pod share one network namespace, so each
   ``containerPort`` of any of its containers gets one free local port for the whole pod; ``--port N`` (or
   ``--port=N``) and a loopback address ``127.0.0.1:N`` / ``localhost:N`` in a value (another container's
@@ -16,6 +17,11 @@ namespace. The runner has neither, so it maps, and reports every mapping:
 - **images → local programs.** A container whose image is one the runner was given (``images``: repository →
   a bin folder, e.g. the operator's image → this repository's ``.venv/bin``) has ``command[0]`` resolved in
   that folder. Other images run what PATH (the vLLM runtime's) finds.
+- **per program env** (``program_env``: a program's name → names and values), beneath the container's own:
+  the test harness's connector shim goes on ``PYTHONPATH`` of ``vllm`` processes only.
+- **machine overrides** (``program_override``), over the container's own and recorded as rewrites: one
+  ``VLLM_CACHE_ROOT`` in the run folder for every ``vllm`` process, so a restarted server finds its
+  torch.compile cache warm.
 - **in-cluster clients.** Every container gets ``KUBERNETES_SERVICE_HOST``/``PORT`` (the API server on
   loopback), as a kubelet injects them; a mount under ``/var/run/secrets/`` (the ServiceAccount token, CA and
   namespace a client library reads at that fixed path) is listed in ``fixed_mounts`` for the runner to bind
@@ -30,6 +36,7 @@ namespace. The runner has neither, so it maps, and reports every mapping:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,8 +121,37 @@ def map_path(value: str, mounts: Mapping[str, Path]) -> str | None:
     return None
 
 
+def _map_json(value: str, mounts: Mapping[str, Path]) -> str | None:
+    """A JSON object or array (``--kv-transfer-config '{..."shared_storage_path": "/output/..."}'``) with every
+    string in it that is a mounted path mapped; None when it is not JSON or names no mounted path."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    changed = False
+
+    def walk(x: Any) -> Any:
+        nonlocal changed
+        if isinstance(x, str) and x.startswith("/"):
+            mapped = map_path(x, mounts)
+            if mapped is not None:
+                changed = True
+                return mapped
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    out = walk(doc)
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False) if changed else None
+
+
 def _map_value(value: str, mounts: Mapping[str, Path]) -> str | None:
-    """A value that is a path, or ``--flag=path``, mapped; None when it names no mounted path."""
+    """A value that is a path, ``--flag=path``, or JSON holding paths, mapped; None when it names no
+    mounted path."""
+    if value.startswith(("{", "[")):
+        return _map_json(value, mounts)
     if value.startswith("/"):
         return map_path(value, mounts)
     if value.startswith("--") and "=/" in value:
@@ -295,6 +331,8 @@ def plan(
     shared_ports: Mapping[int, int] | None = None,
     images: Mapping[str, Path] | None = None,
     cluster_env: Mapping[str, str] | None = None,
+    program_env: Mapping[str, Mapping[str, str]] | None = None,
+    program_override: Mapping[str, Mapping[str, str]] | None = None,
 ) -> LocalContainer:
     """The local process for one container of ``pod`` (raises PlanError with the reason when it cannot run).
     ``shared_ports``: the pod's port map (``pod_ports``), drawn here when not given."""
@@ -347,7 +385,12 @@ def plan(
         if new != value:
             rewrites.append(f"env {name}: {value} -> {new}")
             env[name] = new
-    base = {**base_env, **(cluster_env or {})}
+    program = PurePosixPath(argv[0]).name if argv else ""
+    for name, value in (program_override or {}).get(program, {}).items():
+        if env.get(name) != value:
+            rewrites.append(f"env {name}: {env.get(name, '(unset)')} -> {value} (machine override)")
+            env[name] = value
+    base = {**base_env, **(cluster_env or {}), **(program_env or {}).get(program, {})}
     added = [k for k in base if k not in env]
     full_env = {**base, **env}
     fixed = [(folder, path) for path, folder in mounts.items() if path.startswith(FIXED_MOUNT_ROOT)]

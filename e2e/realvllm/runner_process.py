@@ -21,7 +21,11 @@ from pooling_operator import OPERATOR_IMAGE
 # The operator's own programs (pooling-operator: the hidden-state driver) as this repository's .venv has them.
 OPERATOR_BIN = Path(sys.executable).parent
 
+# Test-only: lets vLLM 0.32's hidden-states connector write on a CPU (its docstring says how, and how little).
+CONNECTOR_SHIM = Path(__file__).resolve().parent / "connector_shim"
+
 MODEL_CLAIM = "models"  # the claim name test specs use for the model volume; its folder holds models/<key>/
+DATA_CLAIM = "data"  # a read-write claim (datasets, outputs): <runner state dir>/claims/data
 
 # What a spec adds to run on the runner's node (and only there).
 PLACEMENT = {
@@ -68,6 +72,7 @@ class PodRunner:
         self.node = node
         self.state_dir = Path(cluster.run_dir) / name
         self.log = Path(cluster.run_dir) / "logs" / f"{name}.log"
+        self.data_dir = self.state_dir / "claims" / DATA_CLAIM
         self.proc: subprocess.Popen[bytes] | None = None
         self.argv = [
             sys.executable, "-m", "e2e.realvllm.kubelet",
@@ -75,10 +80,15 @@ class PodRunner:
             "--node-name", node,
             "--state-dir", str(self.state_dir),
             "--claim", f"{MODEL_CLAIM}={rt.root / 'models'}",
+            "--claim", f"{DATA_CLAIM}={self.data_dir}",
             *[f"--hub-model={m.repo_id}={rt.model_dir(m)}@{m.revision}" for m in MODELS],
             *[f"--env={k}={v}" for k, v in rt.env().items()],  # beneath each container's own env
             # the operator's image (the hidden-state driver) runs this repository's .venv: its pooling-operator
             f"--image={image_repository(OPERATOR_IMAGE)}={OPERATOR_BIN}",
+            # vllm only: the connector shim (test-only, see CONNECTOR_SHIM), so the hidden-states connector writes on a CPU
+            f"--program-env=vllm=PYTHONPATH={CONNECTOR_SHIM}",
+            # a machine override: one torch.compile cache for the run's vLLM servers, so a restart starts warm
+            f"--program-override=vllm=VLLM_CACHE_ROOT={self.state_dir / 'vllm-cache'}",
         ]  # fmt: skip
 
     def start(self, timeout: float = 60) -> PodRunner:
@@ -88,7 +98,7 @@ class PodRunner:
                 self.argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=None if self.detached else _child_setup,
             )  # fmt: skip
-        (self.state_dir).mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "runner.pid").write_text(str(self.proc.pid))
         wait_for(self.node_ready, timeout=timeout, what=f"node {self.node} Ready")
         return self
@@ -120,28 +130,37 @@ class PodRunner:
     def model_claim(self, namespace: str) -> None:
         """The ``models`` claim in ``namespace``, bound to a hostPath PersistentVolume on the runtime's model
         folder (the runner maps the claim to that folder; the scheduler needs the claim bound to place a pod)."""
-        pv = f"{MODEL_CLAIM}-{namespace}"[:253]
-        folder = str(self.rt.root / "models")
+        self.claim(namespace, MODEL_CLAIM, self.rt.root / "models", "ReadOnlyMany")
+
+    def data_claim(self, namespace: str) -> Path:
+        """The ``data`` claim in ``namespace`` (read-write; a dataset and an output); returns the folder the runner
+        serves for it, shared by namespaces (use a sub-folder per namespace)."""
+        self.claim(namespace, DATA_CLAIM, self.data_dir, "ReadWriteMany")
+        return self.data_dir
+
+    def claim(self, namespace: str, name: str, folder: Path, mode: str) -> None:
+        pv = f"{name}-{namespace}"[:253]
         self.cluster.api.request("POST", "/api/v1/persistentvolumes", {
             "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": folder, "type": "Directory"},
-                     "claimRef": {"namespace": namespace, "name": MODEL_CLAIM}},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": [mode], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(folder), "type": "Directory"},
+                     "claimRef": {"namespace": namespace, "name": name}},
         })  # fmt: skip
         self.cluster.api.request("POST", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": MODEL_CLAIM},
-            "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv,
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+            "spec": {"accessModes": [mode], "storageClassName": "", "volumeName": pv,
                      "resources": {"requests": {"storage": "10Gi"}}},
         })  # fmt: skip
 
         def bound() -> bool:
-            status, body = self.cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{MODEL_CLAIM}")
+            status, body = self.cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
             return status == 200 and body.get("status", {}).get("phase") == "Bound"
 
-        wait_for(bound, timeout=60, what=f"claim {namespace}/{MODEL_CLAIM} Bound")
+        wait_for(bound, timeout=60, what=f"claim {namespace}/{name} Bound")
 
     def release_claim(self, namespace: str) -> None:
-        self.cluster.api.request("DELETE", f"/api/v1/persistentvolumes/{MODEL_CLAIM}-{namespace}"[:300])
+        for name in (MODEL_CLAIM, DATA_CLAIM):
+            self.cluster.api.request("DELETE", f"/api/v1/persistentvolumes/{name}-{namespace}"[:300])
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +213,11 @@ def test_a_job_pod_is_planned_as_one_pod(tmp_path: Path) -> None:
                                    "/var/run/secrets/kubernetes.io/serviceaccount")]  # fmt: skip
     # the dataset and the output map to the claim's folder in the driver's argv
     assert driver.argv[driver.argv.index("--dataset") + 1] == str(tmp_path / "data" / "prompts.jsonl")
+    # and vLLM's staging folder inside the connector's JSON follows the same output volume
+    kv = json.loads(vllm.argv[vllm.argv.index("--kv-transfer-config") + 1])
+    assert kv["kv_connector_extra_config"]["shared_storage_path"] == str(tmp_path / "data" / "out" / ".staging" / "shard-0")
+    assert kv["kv_connector"] == "ExampleHiddenStatesConnector" and kv["kv_role"] == "kv_producer"
+    assert json.loads(vllm.argv[vllm.argv.index("--speculative-config") + 1])["method"] == "extract_hidden_states"
 
 
 def test_a_container_that_sets_the_service_host_keeps_it(tmp_path: Path) -> None:
@@ -267,3 +273,21 @@ def test_fixed_mounts_run_in_a_private_mount_namespace(tmp_path: Path) -> None:
     argv = podspec.in_mount_namespace(["cat", str(fixed / "token")], [(local, str(fixed))])
     assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "t0k"
     assert fixed.is_dir() and not any(fixed.iterdir())  # the bind was private to that process
+
+
+def test_program_env_and_overrides_reach_only_that_program(tmp_path: Path) -> None:
+    """The connector shim goes beneath vllm's env, the shared compile cache over it (recorded); the driver of a
+    Job's pod gets neither."""
+    pod = _job_pod(tmp_path)
+    ports = iter(range(42000, 42100))
+    plan = podspec.plan_pod(
+        pod, pod_dir=tmp_path / "pod", claims={"models": tmp_path / "models", "data": tmp_path / "data"},
+        hub_models={}, base_env={"PATH": "/rt/bin"}, lookup=lambda *_: None, free_port=lambda: next(ports),
+        pod_ip="10.0.0.9", program_env={"vllm": {"PYTHONPATH": "/shim"}},
+        program_override={"vllm": {"VLLM_CACHE_ROOT": "/run/cache"}},
+    )  # fmt: skip
+    vllm, driver = plan.container("vllm"), plan.container("driver")
+    assert vllm.env["PYTHONPATH"] == "/shim" and "PYTHONPATH" in vllm.env_added
+    assert vllm.env["VLLM_CACHE_ROOT"] == "/run/cache"
+    assert f"env VLLM_CACHE_ROOT: {tmp_path}/pod/volumes/cache/vllm -> /run/cache (machine override)" in vllm.rewrites
+    assert "PYTHONPATH" not in driver.env and driver.env.get("VLLM_CACHE_ROOT") != "/run/cache"
