@@ -31,14 +31,18 @@ spec:
 """
 
 
-def _pod(tmp_path: Path, spec: str = SPEC) -> dict[str, Any]:
-    f = tmp_path / "svc.yaml"
+def _template(tmp_path: Path, spec: str, kind: str) -> dict[str, Any]:
+    """The pod template ``pooling-operator render`` gives the ``kind`` child of ``spec``."""
+    f = tmp_path / f"{kind.lower()}.yaml"
     f.write_text(spec)
     out = subprocess.run(
         [sys.executable, "-m", "pooling_operator", "render", str(f)], check=True, capture_output=True, text=True, cwd=REPO
     ).stdout
-    dep = next(d for d in yaml.safe_load_all(out) if d["kind"] == "Deployment")
-    tmpl = dep["spec"]["template"]
+    return next(d for d in yaml.safe_load_all(out) if d["kind"] == kind)["spec"]["template"]
+
+
+def _pod(tmp_path: Path, spec: str = SPEC) -> dict[str, Any]:
+    tmpl = _template(tmp_path, spec, "Deployment")
     return {"metadata": {**tmpl["metadata"], "name": "minilm-abc", "namespace": "real", "uid": "u-1"}, "spec": tmpl["spec"]}
 
 
@@ -165,13 +169,7 @@ SA_MOUNT = {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernet
 
 
 def _job_pod(tmp_path: Path) -> dict[str, Any]:
-    f = tmp_path / "job.yaml"
-    f.write_text(JOB)
-    out = subprocess.run(
-        [sys.executable, "-m", "pooling_operator", "render", str(f)], check=True, capture_output=True, text=True, cwd=REPO
-    ).stdout
-    job = next(d for d in yaml.safe_load_all(out) if d["kind"] == "Job")
-    tmpl = job["spec"]["template"]
+    tmpl = _template(tmp_path, JOB, "Job")
     spec = tmpl["spec"]
     spec["volumes"].append(SA_VOLUME)
     for c in [*spec["initContainers"], *spec["containers"]]:
