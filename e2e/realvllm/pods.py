@@ -13,15 +13,26 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from e2e.harness.processes import _child_setup, stop_process
 from e2e.realvllm import lifecycle, podspec
 
-if TYPE_CHECKING:
-    from e2e.realvllm.kubelet import Runner
+
+class Node(Protocol):
+    """What a pod needs of the node it runs on (kubelet.Runner)."""
+
+    state_dir: Path
+    ip: str
+    core: client.CoreV1Api
+    mount_namespaces: bool
+
+    def plan(self, pod: dict[str, Any], pod_dir: Path) -> podspec.PodPlan: ...
+
+    def project(self, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None: ...
 
 log = logging.getLogger("pod-runner")
 
@@ -181,7 +192,7 @@ class ContainerRun:
 class PodWorker:
     """One pod: its containers in the kubelet's order (lifecycle.step) and the status the runner writes."""
 
-    def __init__(self, runner: Runner, pod: dict[str, Any]):
+    def __init__(self, runner: Node, pod: dict[str, Any]):
         self.runner = runner
         self.pod = pod
         meta = pod["metadata"]
