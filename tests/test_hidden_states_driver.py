@@ -318,6 +318,26 @@ def test_the_driver_width_follows_an_explicit_dtype_and_is_learned_under_auto(dt
     assert args[args.index("--dtype-bytes") + 1] == flag
 
 
+@pytest.mark.parametrize(("image", "flag"), [("vllm/vllm-openai:v0.32.0", False), ("vllm/vllm-openai:v0.33.0", True)])
+def test_chunked_prefill_is_turned_off_only_where_vllm_asks_for_it(image: str, flag: bool) -> None:
+    """0.33's docs ask for --no-enable-chunked-prefill; on 0.32 chunked prefill gives the same hidden states
+    (bench/hidden_states_chunked_prefill.py), so neither the flag nor its batched-tokens rule applies there."""
+    engine = {"image": image, "maxModelLen": 4096}
+    result = validate(factories.hidden_states({"engine": engine}))
+    assert result.ok and isinstance(result.resource, HiddenStateJob), result
+    version = "0.32" if "0.32" in image else "0.33"
+    job = next(o for o in build(result.resource, contract(version), BuildContext()) if o["kind"] == "Job")
+    vllm = job["spec"]["template"]["spec"]["initContainers"][0]
+    assert ("--no-enable-chunked-prefill" in vllm["args"]) is flag
+    small = validate(factories.hidden_states({"engine": {**engine, "maxNumBatchedTokens": 2048}}))
+    problems = [(p.path, p.message) for p in small.errors]
+    if flag:
+        assert [p for p, _ in problems] == ["spec.engine.maxNumBatchedTokens"], problems
+        assert "chunked prefill is off for hidden-state extraction on vLLM 0.33" in problems[0][1]
+    else:
+        assert problems == [], problems
+
+
 def test_vllm_and_the_driver_run_as_one_uid() -> None:
     """vLLM writes its hidden-state files mode 0600 (safetensors' save_file): the driver in the same pod can
     read and move them only as the same UID, which fsGroup does not replace."""

@@ -131,11 +131,9 @@ def vllm_command(
         }
         extra = {**(spec.connector.extra_config or {}), "shared_storage_path": storage_path(output_dir(spec.output.volume.path))}
         transfer = {"kv_connector": spec.connector.name, "kv_role": "kv_producer", "kv_connector_extra_config": extra}
-        argv += [
-            "--speculative-config", compact(speculative),
-            "--kv-transfer-config", compact(transfer),
-            "--no-enable-chunked-prefill",
-        ]
+        argv += ["--speculative-config", compact(speculative), "--kv-transfer-config", compact(transfer)]
+        if c.hidden_states_without_chunked_prefill:  # per version: see Contract
+            argv.append("--no-enable-chunked-prefill")
     if not isinstance(resource, HiddenStateJob):
         # Fixed, fine latency buckets for every service (vllm/metrics.py): p99 is meaningful from milliseconds
         # up, and a change of the autoscaling target never changes the pod template.

@@ -43,6 +43,13 @@ class Contract:
     max_logprob_token_ids: int = 128
     # 0.33 serves token embeddings on /v1/embeddings when the task is token_embed.
     embeddings_route_for_token_embed: bool = False
+    # Whether a HiddenStateJob's vLLM gets --no-enable-chunked-prefill. 0.33: its docs say chunked prefill must
+    # be off (docs/features/speculative_decoding/extract_hidden_states.md; no code checks it). 0.32: not needed,
+    # measured: with chunked prefill on in 32-token chunks, 21 of 48 prompts chunked, vLLM's own connector wrote
+    # the same hidden states (cosine 1.0000000, max abs difference 1.8e-4 on activations up to 2.7e4;
+    # bench/hidden_states_chunked_prefill.py, SmolLM2 float32), and nothing in vllm/v1/spec_decode/
+    # extract_hidden_states.py or config/speculative.py asks for it (hybrid models even need chunked prefill).
+    hidden_states_without_chunked_prefill: bool = True
 
     def canonical(self, option: str) -> str | None:
         """The flag an option string means: aliases resolved, `_` read as `-`, dotted JSON keys folded to their
@@ -115,6 +122,7 @@ def contract(version: str) -> Contract:
         aliases=dict(data.get("aliases", {})),
         json_flags=frozenset(data.get("json_flags", [])),
         embeddings_route_for_token_embed=version != "0.32",
+        hidden_states_without_chunked_prefill=version != "0.32",
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.confinement import CODE_ADVICE, ROUTE_FLAGS, outside, paths_message, roots
-from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.contract import Contract, contract
 from pooling_operator.vllm.extra_args import ExtraArgs, option_names
 from pooling_operator.vllm.flag_classes import FlagClass, classify, code_keys
 from pooling_operator.vllm.workload import Workload
@@ -139,8 +139,8 @@ def _chunked_prefill_off_by_flag(w: Workload) -> bool:
 
 def chunk_reason(w: Workload) -> str | None:
     """Why vLLM cannot chunk this workload's prompts, or None when it can."""
-    if w.hidden_states:
-        return "chunked prefill is off for hidden-state extraction"
+    if w.hidden_states and contract(w.version).hidden_states_without_chunked_prefill:
+        return f"chunked prefill is off for hidden-state extraction on vLLM {w.version}"
     if _chunked_prefill_off_by_flag(w):
         return "extraArgs turn chunked prefill off"
     if w.runner == "generate":
