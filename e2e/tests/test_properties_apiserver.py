@@ -20,7 +20,7 @@ validate refuses, the API server admits (the operator then sets SpecValid=False,
 | status on create | a status of the wrong shape | the status subresource: the API server drops status on create; validate parses what it is given |
 | explicit null | `convert: null`, `default: null` | the API server prunes nulls of non-nullable fields; validate reads the document as written |
 | regex dialect of \\s | `model.name: "a\\u00a0b"` | `\\s` is Unicode (and \\v) in Python/Rust regex, ASCII in Go's RE2; validate is the stricter |
-| quantity syntax | `resources.cpu: "_"` | the CRD's int-or-string quantities carry no pattern; validate checks them (a pattern in the CRD would close it) |
+| quantity syntax | `resources.cpu: "_"`, `output.storageBudget: -2147483648` | the CRD's int-or-string quantities carry no pattern and no minimum; validate checks both (a pattern and a CEL rule in the CRD would close it) |
 
 the API server refuses, validate accepts (KNOWN_API_ONLY):
 
@@ -103,8 +103,10 @@ def validate_only_class(obj: Any, path: str, message: str) -> str | None:
     if "does not match the pattern" in message and "\\s" in message and isinstance(value, str):
         if any(c.isspace() or c == "\x0b" for c in value) and not any(c in ASCII_SPACE for c in value):
             return "regex dialect of \\s"  # Unicode whitespace and \v: \s in Python/Rust regex, not in Go's RE2
-    if "is not a Kubernetes quantity" in message:
-        return "quantity syntax"  # the CRD's int-or-string quantities have no pattern; validate checks them
+    if "is not a Kubernetes quantity" in message or "must be a non-negative Kubernetes quantity" in message:
+        # the CRD's int-or-string quantities have no pattern and no minimum (a negative integer is admitted);
+        # validate checks both
+        return "quantity syntax"
     return None
 
 
