@@ -63,7 +63,9 @@ def autoscaled(namespace: str, name: str, policy: str, **autoscaling: Any) -> di
             "minReplicas": 1, "maxReplicas": 6, "window": "5s", "p99Latency": "250ms",
             "scaleDown": {"stabilizationSeconds": 10}, "policyRef": {"name": policy}, **autoscaling,
         },
-        "template": {"annotations": {READY_AFTER_ANNOTATION: "4s"}},  # model loading takes time
+        # model loading takes time: long enough for a decision period (2 s) to see replicas loading even on a
+        # loaded CI machine (4 s missed it once)
+        "template": {"annotations": {READY_AFTER_ANNOTATION: "8s"}},
     }
     return svc(namespace, name=name, spec=spec)
 
@@ -111,7 +113,7 @@ def test_load_step_scales_up_fast_and_down_only_after_the_window(
                        what="the ScaledUp event")
         assert "scaling 1 ->" in ups[0]["message"]
 
-        # New replicas load their model (the kwok stand-in holds them 4 s): not capacity, not reporting.
+        # New replicas load their model (the kwok stand-in holds them 8 s): not capacity, not reporting.
         def loading() -> dict[str, Any] | None:
             a = (status(cluster, namespace, "emb").get("status") or {}).get("autoscaling") or {}
             return a if a.get("readyReplicas", 0) < a.get("currentReplicas", 0) else None
