@@ -30,13 +30,13 @@ from pooling_operator.builders import BuildContext, build
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
+from tests.properties_paths import path_problem
 from tests.properties_support import (
     EXAMPLES_PER_KIND,
     KINDS,
     PROPERTY_SETTINGS,
     examples,
     for_each_resource,
-    path_problem,
     unit_only_values,
 )
 
