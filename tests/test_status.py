@@ -195,10 +195,10 @@ def test_the_storage_estimate_projects_what_is_seen_over_the_dataset(
 
 
 @pytest.mark.parametrize(("n", "text"), [(0, "0"), (1023, "1023"), (1536, "1.5Ki"), (5 * 2**30, "5Gi"), (int(2.25 * 2**40), "2.2Ti")])
-def test_human_quantity(n: int, text: str) -> None:
-    from pooling_operator.status.jobs import human_quantity
+def test_binary_quantity(n: int, text: str) -> None:
+    from pooling_operator.api.quantity import binary_quantity
 
-    assert human_quantity(n) == text
+    assert binary_quantity(n) == text
 
 
 def test_hidden_state_job_status_shows_the_storage_estimate_next_to_the_budget() -> None:

@@ -32,3 +32,14 @@ def parse_quantity(value: int | str) -> Decimal:
     if suffix[:1] in ("e", "E"):
         return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
     return Decimal(number) * _SUFFIX[suffix]
+
+
+def binary_quantity(n: int) -> str:
+    """Bytes as a Kubernetes binary quantity with at most one decimal (1536 -> 1.5Ki, 5 GiB -> 5Gi)."""
+    value, unit = float(n), ""
+    for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, u
+    text = f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{text}{unit}"

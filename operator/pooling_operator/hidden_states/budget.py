@@ -9,7 +9,8 @@ shard stops taking new samples.
 from __future__ import annotations
 
 import asyncio
-import math
+
+from pooling_operator.api.quantity import binary_quantity
 
 # The safetensors header of a hidden-states file is about 200 bytes (two tensors, padded to 8); this
 # bounds it with room for a __metadata__ entry.
@@ -65,7 +66,5 @@ class Budget:
 
 
 def human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    exp = min(int(math.log(n, 1024)), 4)
-    return f"{n / 1024**exp:.1f} {'KMGT'[exp - 1]}iB"
+    """For logs: 512B, 1.5KiB, 25.5MiB (api/quantity's binary quantity, in bytes)."""
+    return f"{binary_quantity(n)}B"

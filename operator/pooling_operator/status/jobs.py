@@ -7,6 +7,7 @@ from typing import Any
 
 from pooling_operator.api import HiddenStateJob
 from pooling_operator.api import hidden_state_contract as hs
+from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
@@ -45,17 +46,6 @@ def shard_progress(configmap: dict[str, Any] | None) -> dict[int, dict[str, Any]
         except (ValueError, TypeError):
             continue
     return out
-
-
-def human_quantity(n: int) -> str:
-    """Bytes as a Kubernetes binary quantity with at most one decimal (1536 -> 1.5Ki)."""
-    value, unit = float(n), ""
-    for u in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, u
-    text = f"{value:.1f}".rstrip("0").rstrip(".")
-    return f"{text}{unit}"
 
 
 def storage_estimate(progress: dict[int, dict[str, Any]], layers: int, shards: int) -> tuple[int, str] | None:
@@ -155,7 +145,7 @@ def job_status(
     if estimate is not None or budget is not None:
         storage: dict[str, Any] = {}
         if estimate is not None:
-            storage.update(estimatedBytes=estimate[0], estimate=human_quantity(estimate[0]), basis=estimate[1])
+            storage.update(estimatedBytes=estimate[0], estimate=binary_quantity(estimate[0]), basis=estimate[1])
         if budget is not None:
             storage["budget"] = str(budget)
         status["storage"] = storage
