@@ -14,6 +14,19 @@
                                                hidden_states[k]; id = num_hidden_layers against the input of the
                                                final norm (vLLM's EAGLE-3 convention), and, for contrast, against
                                                hidden_states[-1] (after the norm)
+    <runtime python> e2e/realvllm/oracles.py cross-encoder MODEL_DIR < {"pairs": [[query, document], ...]}
+        -> {"scores": [...]}                   sentence-transformers' CrossEncoder.predict (one label: its sigmoid)
+    <runtime python> e2e/realvllm/oracles.py late-interaction MODEL_DIR < {"texts": [...], "pairs": [[i, j], ...]}
+        -> {"vectors": [[[...] per token] per text], "scores": [...]}
+                                               transformers' BertModel, then the checkpoint's ``linear``
+                                               projection, each token's vector L2-normalised, every token
+                                               kept ([CLS] and [SEP] too); score of (i, j) = MaxSim: the sum
+                                               over text i's tokens of the best dot product with text j's
+    <runtime python> e2e/realvllm/oracles.py token-classify MODEL_DIR < {"texts": [...]}
+        -> {"probs": [[[...] per token] per text]}   transformers' AutoModelForTokenClassification, softmax
+                                               over the labels of each token (special tokens included)
+    <runtime python> e2e/realvllm/oracles.py batch - < {"jobs": [{"command", "model_dir", "request"}, ...]}
+        -> {"results": [...]}                  several of the above in one interpreter (one import of torch)
 
 This file imports nothing from the repository: it runs in the runtime's virtual environment.
 """
@@ -90,10 +103,64 @@ def hidden_states(model_dir: str, req: dict) -> dict:
             "num_hidden_layers": n, "hidden_size": model.config.hidden_size}
 
 
+def cross_encoder(model_dir: str, req: dict) -> dict:
+    from sentence_transformers import CrossEncoder
+
+    m = CrossEncoder(model_dir, device="cpu")
+    scores = m.predict([tuple(p) for p in req["pairs"]], convert_to_numpy=True)
+    return {"scores": [float(x) for x in scores]}
+
+
+def late_interaction(model_dir: str, req: dict) -> dict:
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoTokenizer, BertModel
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = BertModel.from_pretrained(model_dir, add_pooling_layer=False, torch_dtype=torch.float32).eval()
+    with safe_open(f"{model_dir}/model.safetensors", "pt") as f:
+        linear = f.get_tensor("linear.weight").to(torch.float32)
+    vectors = []
+    for text in req["texts"]:
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            h = model(**enc).last_hidden_state[0]
+        vectors.append(torch.nn.functional.normalize(h @ linear.T, dim=-1))
+    scores = [float((vectors[i] @ vectors[j].T).max(dim=1).values.sum()) for i, j in req.get("pairs", [])]
+    return {"vectors": [v.tolist() for v in vectors], "scores": scores}
+
+
+def token_classify(model_dir: str, req: dict) -> dict:
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForTokenClassification.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    probs = []
+    for text in req["texts"]:
+        with torch.no_grad():
+            logits = model(**tok(text, return_tensors="pt")).logits[0]
+        probs.append(torch.softmax(logits.to(torch.float64), dim=-1).tolist())
+    return {"probs": probs}
+
+
+COMMANDS = {
+    "embed": embed,
+    "label-probs": label_probs,
+    "hidden-states": hidden_states,
+    "cross-encoder": cross_encoder,
+    "late-interaction": late_interaction,
+    "token-classify": token_classify,
+}
+
+
 def main() -> int:
     cmd, model_dir = sys.argv[1], sys.argv[2]
     req = json.load(sys.stdin)
-    out = {"embed": embed, "label-probs": label_probs, "hidden-states": hidden_states}[cmd](model_dir, req)
+    if cmd == "batch":
+        out = {"results": [COMMANDS[j["command"]](j["model_dir"], j["request"]) for j in req["jobs"]]}
+    else:
+        out = COMMANDS[cmd](model_dir, req)
     json.dump(out, sys.stdout)
     return 0
 

@@ -26,6 +26,7 @@ CONNECTOR_SHIM = Path(__file__).resolve().parent / "connector_shim"
 
 MODEL_CLAIM = "models"  # the claim name test specs use for the model volume; its folder holds models/<key>/
 DATA_CLAIM = "data"  # a read-write claim (datasets, outputs): <runner state dir>/claims/data
+BUILT_CLAIM = "built-models"  # models the tests build (e2e/realvllm/tiny_models.py): <runner state dir>/claims/built-models
 
 # What a spec adds to run on the runner's node (and only there).
 PLACEMENT = {
@@ -47,6 +48,15 @@ def placed(doc: dict[str, Any]) -> dict[str, Any]:
 # What an example must change to run here, and nothing else: the 0.32 image (the only vLLM installable
 # here; the examples target 0.33) and no GPU, one CPU.
 MACHINE_OVERRIDES = {"engine.image": "vllm/vllm-openai:v0.32.0", "resources": {"gpu": {"count": 0}, "cpu": "1", "memory": "4Gi"}}
+
+# A machine override for servers that only answer a few requests (the scoring families of
+# test_scoring_families.py): vLLM without torch.compile starts in ~45 s here instead of ~90 s. Added to
+# engine.extraArgs, so it shows in the rendered argv and the pool's key; the MiniLM embed server and the
+# examples keep their rendered argv unchanged.
+EAGER_ARGS = ["--enforce-eager"]
+# ... and half a CPU each (another machine override): the runner's node has this machine's two CPUs, and a
+# HiddenStateJob's pod (vLLM's one CPU and the driver's request) must still fit beside one of them.
+SMALL_SERVER_RESOURCES = {"gpu": {"count": 0}, "cpu": "500m", "memory": "4Gi"}
 
 
 def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -73,6 +83,7 @@ class PodRunner:
         self.state_dir = Path(cluster.run_dir) / name
         self.log = Path(cluster.run_dir) / "logs" / f"{name}.log"
         self.data_dir = self.state_dir / "claims" / DATA_CLAIM
+        self.built_dir = self.state_dir / "claims" / BUILT_CLAIM
         self.proc: subprocess.Popen[bytes] | None = None
         self.argv = [
             sys.executable, "-m", "e2e.realvllm.kubelet",
@@ -81,6 +92,7 @@ class PodRunner:
             "--state-dir", str(self.state_dir),
             "--claim", f"{MODEL_CLAIM}={rt.root / 'models'}",
             "--claim", f"{DATA_CLAIM}={self.data_dir}",
+            "--claim", f"{BUILT_CLAIM}={self.built_dir}",
             *[f"--hub-model={m.repo_id}={rt.model_dir(m)}@{m.revision}" for m in MODELS],
             *[f"--env={k}={v}" for k, v in rt.env().items()],  # beneath each container's own env
             # the operator's image (the hidden-state driver) runs this repository's .venv: its pooling-operator
@@ -99,6 +111,7 @@ class PodRunner:
                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=None if self.detached else _child_setup,
             )  # fmt: skip
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.built_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "runner.pid").write_text(str(self.proc.pid))
         wait_for(self.node_ready, timeout=timeout, what=f"node {self.node} Ready")
         return self
@@ -138,6 +151,12 @@ class PodRunner:
         self.claim(namespace, DATA_CLAIM, self.data_dir, "ReadWriteMany")
         return self.data_dir
 
+    def built_claim(self, namespace: str) -> Path:
+        """The ``built-models`` claim in ``namespace`` (read-only to pods); returns its folder, where the tests
+        write the models they build before a pod mounts them."""
+        self.claim(namespace, BUILT_CLAIM, self.built_dir, "ReadOnlyMany")
+        return self.built_dir
+
     def claim(self, namespace: str, name: str, folder: Path, mode: str) -> None:
         pv = f"{name}-{namespace}"[:253]
         self.cluster.api.request("POST", "/api/v1/persistentvolumes", {
@@ -159,7 +178,7 @@ class PodRunner:
         wait_for(bound, timeout=60, what=f"claim {namespace}/{name} Bound")
 
     def release_claim(self, namespace: str) -> None:
-        for name in (MODEL_CLAIM, DATA_CLAIM):
+        for name in (MODEL_CLAIM, DATA_CLAIM, BUILT_CLAIM):
             self.cluster.api.request("DELETE", f"/api/v1/persistentvolumes/{name}-{namespace}"[:300])
 
     def tail(self, lines: int = 60) -> str:

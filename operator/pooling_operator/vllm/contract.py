@@ -19,6 +19,9 @@ ALWAYS_ROUTES = ("/health", "/ping", "/metrics", "/v1/models", "/version", "/loa
 # The API-key middleware guards only these prefixes (serve/middleware/authenticate.py:11-62).
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 SCORE_ROUTES = ("/score", "/rerank", "/v2/rerank")
+# Served beside SCORE_ROUTES, each request logging a deprecation warning (entrypoints/pooling/scoring/
+# api_router.py:52-66, 84-99): never published in status.routes.
+DEPRECATED_SCORE_ROUTES = ("/v1/score", "/v1/rerank")
 HIDDEN_STATE_CONNECTORS = ("ExampleHiddenStatesConnector",)
 CONNECTOR_EXTRA_KEYS = ("shared_storage_path", "num_writer_threads", "allow_custom_save_path", "use_synchronization_lock")
 

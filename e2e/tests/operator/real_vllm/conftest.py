@@ -6,28 +6,36 @@ Fixtures:
   the tier is skipped with the reason, except under ``CI=true``, where that fails the run.
 - ``pod_runner`` (session) the kubelet of node ``real-vllm-0``: pods placed there (``PLACEMENT``) run for real.
 - ``serve`` (function) apply a service placed on the runner, wait for Ready, give back its pod's local URL.
+- ``built_models`` (session) the tiny scoring models (e2e/realvllm/tiny_models.py) in the ``built-models`` claim.
+- ``server_pool`` (session) servers shared by model and argv, two at a time, in their own namespace with the
+  ``models`` and ``built-models`` claims (pool.py); every selected module's ``POOL`` wanted up front.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e.controlplane import ControlPlane
-from e2e.harness.poll import Fatal, wait_for
 from e2e.operator_process import OperatorProcess
-from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import PodRunner, placed
+from e2e.realvllm import built, runtime
+from e2e.realvllm.runner_process import PodRunner
+from e2e.tests.operator.real_vllm.pool import ServerPool
+from e2e.tests.operator.real_vllm.serving import STARTS, Deployer, Served
 
-# A cold start of vLLM on this 2-core machine takes 1-4 minutes (toolchain.md §9); the startup probe allows 30.
-START_TIMEOUT = 900.0
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if STARTS:
+        terminalreporter.section("real vLLM servers: apply -> Ready")
+        for name, seconds in STARTS:
+            terminalreporter.write_line(f"{name:60s} {seconds:6.1f} s")
+        terminalreporter.write_line(f"{len(STARTS)} starts, {sum(s for _, s in STARTS):.1f} s in all (overlapping where the pool ran two)")
 
 
 @pytest.fixture(scope="session")
@@ -48,73 +56,6 @@ def pod_runner(cluster: ControlPlane, vllm_runtime: runtime.Runtime) -> Iterator
     r.stop()
 
 
-@dataclass
-class Served:
-    kind: str
-    namespace: str
-    name: str
-    pod: str
-    url: str
-    plan: dict[str, Any]
-    status: dict[str, Any]
-    start_seconds: float
-
-
-def _ready(cluster: ControlPlane, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    res = cluster.kubectl("get", kind.lower(), name, "-n", namespace, "-o", "json", check=False)
-    if res.returncode != 0:
-        return None
-    obj = yaml.safe_load(res.stdout)
-    st = obj.get("status") or {}
-    ok = any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
-    return st if ok and st.get("observedGeneration") == obj["metadata"]["generation"] else None
-
-
-class Deployer:
-    """Applies services placed on the runner and waits until the operator reports them Ready; ``close``
-    deletes them (and the model claims it made)."""
-
-    def __init__(self, cluster: ControlPlane, pod_runner: PodRunner):
-        self.cluster = cluster
-        self.runner = pod_runner
-        self.applied: list[tuple[str, str, str]] = []
-        self.claimed: list[str] = []
-
-    def serve(self, doc: dict[str, Any]) -> Served:
-        cluster, pod_runner = self.cluster, self.runner
-        doc = placed(doc)
-        kind, ns, name = doc["kind"], doc["metadata"]["namespace"], doc["metadata"]["name"]
-        if ns not in self.claimed and "volume" in (doc["spec"]["model"].get("source") or {}):
-            pod_runner.model_claim(ns)
-            self.claimed.append(ns)
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
-        self.applied.append((kind, ns, name))
-        began = time.monotonic()
-
-        def ready() -> dict[str, Any] | None:
-            for plan in pod_runner.pods(ns):
-                log = pod_runner.container_log(ns, plan["name"], 5)
-                if "Traceback" in log and "EngineCore failed" in log:
-                    raise Fatal(f"vLLM failed to start:\n{pod_runner.container_log(ns, plan['name'], 80)}")
-            return _ready(cluster, kind, ns, name)
-
-        try:
-            status = wait_for(ready, timeout=START_TIMEOUT, what=f"{kind}/{name} Ready (real vLLM start-up)")
-        except Exception:
-            logs = "\n".join(pod_runner.container_log(ns, p["name"]) for p in pod_runner.pods(ns))
-            raise AssertionError(f"{kind}/{name} never became Ready; container log tail:\n{logs}\n{pod_runner.tail()}") from None
-        seconds = time.monotonic() - began
-        [plan] = [p for p in pod_runner.pods(ns) if p["name"].startswith(f"{name}-")]
-        print(f"real_vllm: {kind}/{name} Ready {seconds:.0f} s after apply")
-        return Served(kind, ns, name, plan["name"], pod_runner.url(ns, plan["name"]), plan, status, seconds)
-
-    def close(self) -> None:
-        for kind, ns, name in self.applied:
-            self.cluster.kubectl("delete", kind.lower(), name, "-n", ns, "--wait=false", check=False)
-        for ns in self.claimed:
-            self.runner.release_claim(ns)
-
-
 @pytest.fixture
 def serve(
     cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner
@@ -122,6 +63,42 @@ def serve(
     d = Deployer(cluster, pod_runner)
     yield d.serve
     d.close()
+
+
+@pytest.fixture(scope="session")
+def built_models(pod_runner: PodRunner, vllm_runtime: runtime.Runtime) -> Path:
+    """The tiny scoring models of every seed in the runner's ``built-models`` claim (built.py): ``seed-N/<family>``."""
+    for seed in built.SEEDS:
+        built.build(vllm_runtime, pod_runner.built_dir / f"seed-{seed}", seed)
+    return pod_runner.built_dir
+
+
+def declared(session: pytest.Session) -> list[dict[str, Any]]:
+    """Every selected module's ``POOL`` (the servers it will use), in the order its tests run."""
+    modules: list[Any] = []
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and module not in modules and item.get_closest_marker("real_vllm"):
+            modules.append(module)
+    return [doc for module in modules for doc in getattr(module, "POOL", ())]
+
+
+@pytest.fixture(scope="session")
+def server_pool(
+    request: pytest.FixtureRequest, cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner, built_models: Path
+) -> Iterator[ServerPool]:
+    ns = cluster.create_namespace("real-vllm-pool")
+    deployer = Deployer(cluster, pod_runner)
+    pod_runner.model_claim(ns)
+    pod_runner.built_claim(ns)
+    deployer.claimed.append(ns)
+    pool = ServerPool(deployer, ns)
+    for doc in declared(request.session):
+        pool.want(doc)
+    yield pool
+    pool.close()
+    deployer.close()
+    cluster.delete_namespace(ns)
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +111,6 @@ def module_namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> I
 
 def oracle(rt: runtime.Runtime, command: str, model_dir: str, request: dict[str, Any]) -> dict[str, Any]:
     """Run e2e/realvllm/oracles.py in the runtime's interpreter."""
-    import json
-    from pathlib import Path
-
     script = Path(__file__).resolve().parents[3] / "realvllm" / "oracles.py"
     res = subprocess.run(
         [str(rt.python), str(script), command, model_dir],
@@ -147,4 +121,4 @@ def oracle(rt: runtime.Runtime, command: str, model_dir: str, request: dict[str,
     return json.loads(res.stdout)
 
 
-__all__ = ["Deployer", "Served", "oracle"]
+__all__ = ["Deployer", "Served", "ServerPool", "oracle"]

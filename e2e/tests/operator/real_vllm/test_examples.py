@@ -12,7 +12,6 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import yaml
 from e2e.controlplane import REPO_ROOT
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import on_this_machine
-from e2e.tests.operator.real_vllm.conftest import Served
+from e2e.tests.operator.real_vllm.conftest import Served, ServerPool
 from e2e.tests.operator.real_vllm.routes import probe
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
@@ -79,11 +78,16 @@ def test_at_least_minilm_is_startable() -> None:
     assert any(d["spec"]["model"]["name"] == runtime.MINILM.repo_id for _, d in startable())
 
 
+POOL = [on_this_machine(d) for _, d in startable()]  # the session's server pool starts them ahead
+
+
 @pytest.mark.parametrize(("file", "doc"), startable(), ids=[f"{f}:{d['metadata']['name']}" for f, d in startable()])
-def test_example_starts_and_answers(
-    file: str, doc: dict[str, Any], namespace: str, serve: Callable[[dict[str, Any]], Served]
-) -> None:
-    s = serve(on_this_machine(doc, namespace))
+def test_example_starts_and_answers(file: str, doc: dict[str, Any], server_pool: ServerPool) -> None:
+    with server_pool.serving(on_this_machine(doc)) as s:
+        answers(doc, s)
+
+
+def answers(doc: dict[str, Any], s: Served) -> None:
     assert [r for r in s.plan["rewrites"] if r.startswith(("args", "command"))] == [
         f"args[6]: 8000 -> {s.plan['ports']['http']['local']}"
     ], s.plan["rewrites"]

@@ -3,14 +3,14 @@ pod's own hub cache, answers /generative_scoring as transformers computes on the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from e2e.realvllm import runtime
-from e2e.tests.operator.real_vllm.conftest import Served, oracle
+from e2e.tests.operator.real_vllm.conftest import Served, ServerPool, oracle
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
 
@@ -34,9 +34,13 @@ def judge(namespace: str) -> dict[str, Any]:
     }
 
 
+POOL = [judge("set-by-pool")]  # the session's server pool starts it ahead, beside the tests before this one
+
+
 @pytest.fixture
-def served(namespace: str, serve: Callable[[dict[str, Any]], Served]) -> Served:
-    return serve(judge(namespace))
+def served(server_pool: ServerPool) -> Iterator[Served]:
+    with server_pool.serving(POOL[0]) as s:
+        yield s
 
 
 def test_generative_scoring_matches_transformers_label_probabilities(served: Served, vllm_runtime: runtime.Runtime) -> None:

@@ -17,6 +17,7 @@ import random
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, placed
-from e2e.tests.operator.real_vllm.conftest import oracle
+from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
+from e2e.tests.operator.real_vllm.pool import slot
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1800)]
 
@@ -94,6 +96,15 @@ def tokenize(url: str, model: str, prompt: str) -> list[int]:
                                  headers={"Content-Type": "application/json"})  # fmt: skip
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())["tokens"]
+
+
+POOL = [slot("the HiddenStateJob's vLLM sidecar")]  # the server pool starts one server beside it, not two
+
+
+@pytest.fixture(autouse=True)
+def _slot(server_pool: ServerPool) -> Iterator[None]:
+    with server_pool.holding(POOL[0]):
+        yield
 
 
 def test_hidden_state_job_through_vllms_own_connector(
