@@ -36,6 +36,15 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.BUDGET_NEEDS_HIDDEN_SIZE: hidden_states({"model": {"hints": {"hiddenSize": None}}, "output": {"storageBudget": "1Ti"}}),
     M.LAYERS_ASCENDING: hidden_states({"layers": [18, 3]}),
     M.ALLOWED_BACKENDS_NONEMPTY: policy({"allowedBackends": []}),
+    **{message: pooling({"resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3", **gpu}}}) for message, gpu in (
+        (M.SHARE_NOT_COUNT, {"count": 1, "share": {"memory": "2Gi", "via": "timeSlicing"}}),
+        (M.SHARE_NOT_RESOURCE_NAME, {"resourceName": "nvidia.com/gpu", "share": {"memory": "2Gi", "via": "timeSlicing"}}),
+        (M.SHARE_MIG_PROFILE, {"share": {"memory": "2Gi", "via": "mig"}}),
+        (M.SHARE_DRA_CLASS, {"share": {"memory": "2Gi", "via": "dra"}}),
+        (M.SHARE_RESOURCE_NAME_TIME_SLICING, {"share": {"memory": "2Gi", "via": "mig", "migProfile": "1g.10gb", "resourceName": "a/b"}}),
+        (M.SHARE_MIG_PROFILE_ONLY, {"share": {"memory": "2Gi", "via": "timeSlicing", "migProfile": "1g.10gb"}}),
+        (M.SHARE_DRA_CLASS_ONLY, {"share": {"memory": "2Gi", "via": "timeSlicing", "deviceClassName": "gpu.nvidia.com"}}),
+    )},
 }
 # Rules on a change (oldSelf): no single object breaks them, so the offline CLI cannot; where Python checks them.
 NEEDS_THE_STORED_OBJECT = {

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
-from pooling_operator.api import AutoscalingPolicy
+from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, plan
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
+from pooling_operator.status.services import share_status
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
@@ -27,6 +28,9 @@ API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(allow_trust_remote_code=args.allow_trust_remote_code)
+
+
+SHARE_KINDS = (PoolingService, ScoringService)
 
 
 def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:
@@ -47,6 +51,13 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
 def _report(file: str, result: Result, out: Any) -> None:
     for p in result.problems:
         print(f"{file}: {problem_line(result, p)}", file=out)
+    share = share_status(result.resource, result.workload) if isinstance(result.resource, SHARE_KINDS) and result.workload else None
+    if share and result.ok:
+        print(
+            f"{file}: {result.kind}/{result.name}: spec.resources.gpu.share: note: {share['memory']} for a minimum of "
+            f"{share['basis']}; --gpu-memory-utilization {share.get('gpuMemoryUtilization')}, {share['gpus']} GPU",
+            file=sys.stderr,
+        )
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

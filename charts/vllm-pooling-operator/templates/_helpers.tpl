@@ -66,6 +66,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
   verbs: [get, list, watch, create, patch, update, delete]
+# A DRA GPU share: each service's ResourceClaimTemplate (the scheduler's DRA plugin makes the claims).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [get, list, watch, create, patch, update, delete]
 # Observed, never written: pods for crash loops; events are posted.
 - apiGroups: [""]
   resources: [pods]

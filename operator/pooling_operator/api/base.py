@@ -160,6 +160,21 @@ class ModelHints(Spec):
         description="The longest input the model allows (max_position_embeddings, or a sentence-transformers "
         "max_seq_length when smaller): engine.maxModelLen may not exceed it.",
     )
+    num_parameters: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**53 - 1,
+        description="Parameter count (the safetensors total, e.g. 567754752): sizes the weights of a GPU share "
+        "(numParameters x the dtype's bytes).",
+    )
+    num_key_value_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="config.json num_key_value_heads (a decoder's KV cache for a "
+        "GPU share). Default numAttentionHeads."
+    )
+    head_dim: int | None = Field(
+        default=None, ge=1, le=65536, description="config.json head_dim when the model sets it (Qwen3 does). "
+        "Default hiddenSize / numAttentionHeads."
+    )
 
 
 HfRepo = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
@@ -327,30 +342,6 @@ class EngineSpec(Spec):
         max_length=128,
         description="Extra environment variables for the vLLM container. Secrets must come from valueFrom.",
     )
-
-
-class GpuSpec(Spec):
-    """GPUs per replica."""
-
-    count: int = Field(default=1, ge=0, le=64, description="GPUs per replica (the resource limit). Default 1.")
-    resource_name: Annotated[str, StringConstraints(pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9_.-]+$", max_length=253)] = (
-        Field(default="nvidia.com/gpu", description="Extended resource name. Default nvidia.com/gpu.")
-    )
-    product: str | None = Field(
-        default=None,
-        max_length=63,
-        pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
-        description="GPU product, e.g. NVIDIA-H100-80GB-HBM3; becomes a nodeSelector on "
-        "nvidia.com/gpu.product.",
-    )
-
-
-class ResourcesSpec(Spec):
-    """Compute resources per replica."""
-
-    gpu: GpuSpec | None = Field(default=None, description="GPUs per replica. Default 1 nvidia.com/gpu.")
-    cpu: Quantity | None = Field(default=None, description="CPU request, e.g. '8'.")
-    memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. 64Gi.")
 
 
 class Toleration(Spec):

@@ -13,12 +13,12 @@ from pooling_operator.api.base import (
     Name,
     ObjectDict,
     Quantity,
-    ResourcesSpec,
     Spec,
     StatusBase,
     TemplateSpec,
 )
 from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.gpu import ResourcesSpec
 
 AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")]
 

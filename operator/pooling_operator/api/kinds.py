@@ -68,6 +68,7 @@ KINDS: dict[str, Kind] = {
         Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", role="child"),
         Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", role="child"),
         Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", role="child"),
+        Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", role="child"),
         Kind("v1", "Pod", "pods", role="pod"),
         Kind("v1", "Secret", "secrets"),
         Kind("v1", "Namespace", "namespaces", namespaced=False, role="namespace"),

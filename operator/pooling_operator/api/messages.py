@@ -37,3 +37,12 @@ PARALLELISM_LE_SHARDS = "parallelism must be less than or equal to shards"
 BUDGET_NEEDS_HIDDEN_SIZE = "output.storageBudget needs model.hints.hiddenSize to estimate file sizes"
 LAYERS_ASCENDING = "layers must be in ascending order"
 ALLOWED_BACKENDS_NONEMPTY = "allowedBackends must name at least one backend"
+SHARE_NOT_COUNT = "resources.gpu.share replaces whole GPUs: remove resources.gpu.count (or the share)"
+SHARE_NOT_RESOURCE_NAME = (
+    "resources.gpu.share replaces resources.gpu.resourceName: name a time-sliced resource in share.resourceName"
+)
+SHARE_MIG_PROFILE = "share.via mig needs share.migProfile (e.g. 1g.10gb)"
+SHARE_DRA_CLASS = "share.via dra needs share.deviceClassName (e.g. gpu.nvidia.com)"
+SHARE_RESOURCE_NAME_TIME_SLICING = "share.resourceName applies only to via timeSlicing"
+SHARE_MIG_PROFILE_ONLY = "share.migProfile applies only to via mig"
+SHARE_DRA_CLASS_ONLY = "share.deviceClassName applies only to via dra"

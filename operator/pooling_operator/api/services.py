@@ -12,13 +12,13 @@ from pooling_operator.api.base import (
     EngineSpec,
     ModelSpec,
     Name,
-    ResourcesSpec,
     SecretKeyRef,
     Spec,
     StatusBase,
     TemplateSpec,
 )
 from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.gpu import ResourcesSpec
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]
 SEQUENCE_TASKS = ("embed", "classify")
@@ -346,6 +346,19 @@ class ScoringServiceSpec(ServingSpec):
 # ---- status ---------------------------------------------------------------------------------------------
 
 
+class GpuShareStatus(Spec):
+    """A GPU share as rendered: its memory, the minimum the model needs, vLLM's bound, the GPUs it counts as."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    memory: str | None = Field(default=None, description="resources.gpu.share.memory.")
+    minimum: str | None = Field(default=None, description="The least memory the server needs inside vLLM's bound.")
+    basis: str | None = Field(default=None, description="The minimum's terms (weights, activations, reserve, kvCache).")
+    gpu_memory_utilization: float | None = Field(default=None, description="The rendered --gpu-memory-utilization.")
+    gpus: float | None = Field(default=None, description="The fraction of a GPU one pod counts as (budgets, simulate).")
+    isolation: str | None = Field(default=None, description="What keeps co-tenants apart on the device.")
+
+
 class Effective(Spec):
     """What the server actually runs with, defaults resolved."""
 
@@ -359,6 +372,7 @@ class Effective(Spec):
     dimensions: int | None = Field(default=None, description="Default Matryoshka size, when set.")
     max_model_len: int | None = Field(default=None, description="engine.maxModelLen, when set.")
     args: list[str] | None = Field(default=None, description="The full vLLM command line.")
+    gpu_share: GpuShareStatus | None = Field(default=None, description=GpuShareStatus.__doc__)
 
 
 class EmbeddingSpaceStatus(Spec):

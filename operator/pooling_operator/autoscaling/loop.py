@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.base import ResourcesSpec, duration_seconds
+from pooling_operator.api.base import duration_seconds
+from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
     AutoscalingPolicySpec,

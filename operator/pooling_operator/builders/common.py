@@ -7,13 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
-from pooling_operator.api.base import ResourcesSpec, TemplateSpec
+from pooling_operator.api.base import TemplateSpec
+from pooling_operator.api.gpu import DEFAULT_GPU_RESOURCE, ResourcesSpec
 from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
+from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.workload import Workload
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"  # the device plugin's renamed time-sliced resource (renameByDefault)
+GPU_CLAIM = "gpu"  # a DRA share's claim, in the pod's resourceClaims and the container's resources.claims
 
 
 @dataclass(frozen=True)
@@ -83,32 +87,56 @@ def vllm_env(w: Workload, api_key: tuple[str, str] | None = None) -> list[dict[s
     return merged + list(user.values())
 
 
-def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
+def gpu_resource(resources: ResourcesSpec | None) -> tuple[str, int] | None:
+    """The extended resource a pod requests for its GPUs, and how many: whole GPUs under gpu.resourceName
+    (default one nvidia.com/gpu); a time-sliced share one unit of its shared resource; a MIG share one
+    nvidia.com/mig-<profile> (the device plugin's mixed strategy); a DRA share none (its ResourceClaim)."""
     gpu = resources.gpu if resources and resources.gpu else None
-    count = gpu.count if gpu else 1
-    name = gpu.resource_name if gpu else "nvidia.com/gpu"
+    if gpu is None:
+        return (DEFAULT_GPU_RESOURCE, 1)
+    share = gpu.share
+    if share is None:
+        return (gpu.whole_resource, gpu.whole) if gpu.whole else None
+    if share.via == "timeSlicing":
+        return (share.resource_name or TIME_SLICED_RESOURCE, 1)
+    if share.via == "mig":
+        return (f"nvidia.com/mig-{share.mig_profile}", 1)
+    return None
+
+
+def dra_claim(resources: ResourcesSpec | None) -> str | None:
+    """The DeviceClass a DRA share's ResourceClaimTemplate requests, else None."""
+    share = resources.gpu.share if resources and resources.gpu else None
+    return share.device_class_name if share is not None and share.via == "dra" else None
+
+
+def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}
     if resources and resources.cpu is not None:
         requests["cpu"] = str(resources.cpu)
     if resources and resources.memory is not None:
         requests["memory"] = limits["memory"] = str(resources.memory)
-    if count:
-        requests[name] = limits[name] = str(count)
+    gpu = gpu_resource(resources)
+    if gpu is not None:
+        requests[gpu[0]] = limits[gpu[0]] = str(gpu[1])
     out: dict[str, Any] = {}
     if requests:
         out["requests"] = requests
     if limits:
         out["limits"] = limits
+    if dra_claim(resources):
+        out["claims"] = [{"name": GPU_CLAIM}]
     return out
 
 
 def gpus_per_pod(resources: ResourcesSpec | None) -> float:
     """The GPUs one pod of a workload holds, from its owner's `spec.resources`: the one function the namespace
-    GPU budget, `status.autoscaling` and `simulate` count with. Today the whole count of `resources.gpu`, under
-    whatever resource it names (`nvidia.com/gpu`, a MIG slice such as `nvidia.com/mig-1g.10gb`, `amd.com/gpu`):
-    one unit of the named resource is one GPU to the budget. Default: 1."""
-    return float(resources.gpu.count) if resources and resources.gpu else 1.0
+    GPU budget, `status.autoscaling` and `simulate` count with. Whole GPUs: the count of `resources.gpu`, under
+    whatever resource it names (`nvidia.com/gpu`, a MIG slice under the single strategy, `amd.com/gpu`), one
+    unit one GPU. A share: the fraction it is (vllm/memory.gpus_held: its memory over the device's, or the MIG
+    slice over the product). Default: 1."""
+    return gpus_held(resources)
 
 
 def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) -> dict[str, Any]:
@@ -122,7 +150,9 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
         spec["nodeSelector"] = dict(sorted(selector.items()))
     tolerations = [t.wire() for t in template.tolerations or []] if template else []
     if gpus_per_pod(resources):
-        resource_name = gpu.resource_name if gpu else "nvidia.com/gpu"
+        # GPU nodes are tainted with their GPU resource's name (nvidia.com/gpu for every share: MIG and
+        # time-sliced resources live on the same nodes)
+        resource_name = gpu.whole_resource if gpu and gpu.share is None else DEFAULT_GPU_RESOURCE
         taint = {"key": resource_name, "operator": "Exists", "effect": "NoSchedule"}
         if taint not in tolerations:
             tolerations.append(taint)

@@ -15,8 +15,10 @@ from pooling_operator.api.policy import (
 )
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
+    GPU_CLAIM,
     POD_SECURITY,
     BuildContext,
+    dra_claim,
     health_probes,
     metadata,
     placement,
@@ -68,6 +70,8 @@ def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any
         "containers": [container],
         "volumes": volumes,
     }
+    if dra_claim(spec.resources):
+        pod_spec["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": claim_template_name(w)}]
     deploy_spec: dict[str, Any] = {}
     if spec.autoscaling is None:
         deploy_spec["replicas"] = spec.replicas
@@ -220,11 +224,29 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
+def claim_template_name(w: Workload) -> str:
+    return f"{w.name}-{GPU_CLAIM}"
+
+
+def resource_claim_template(resource: Service, w: Workload, device_class: str) -> dict[str, Any]:
+    """A DRA share: each pod's ResourceClaim asks for one device of the class (resource.k8s.io/v1, GA in 1.34);
+    the share's memory bound is vLLM's, as with time-slicing (the claim is the whole device)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata(w, claim_template_name(w), resource.metadata.uid),
+        "spec": {"spec": {"devices": {"requests": [{"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class}}]}}},
+    }
+
+
 def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
     """Every child of a service, each a function of the resource, its one workload view and its vLLM command
     line (builders.plan resolves both once)."""
     spec = resource.spec
     objects = [deployment(resource, w, argv), service(resource, w), pod_disruption_budget(resource, w)]
+    device_class = dra_claim(spec.resources)
+    if device_class:
+        objects.insert(0, resource_claim_template(resource, w, device_class))  # before the pods that name it
     if spec.monitoring.service_monitor:
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:

@@ -33,7 +33,10 @@ STARTUP = Histogram(
     "vllm_pooling_operator_replica_startup_seconds", "Seconds from a replica's pod created to Ready.",
     ["kind", "namespace", "name"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
 )
-CHILDREN = ("Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject", "NetworkPolicy")
+CHILDREN = (
+    "ResourceClaimTemplate", "Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject",
+    "NetworkPolicy",
+)  # fmt: skip
 
 
 class Services:

@@ -11,9 +11,11 @@ from typing import Any
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
+from pooling_operator.vllm import memory
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
@@ -62,6 +64,30 @@ def effective(resource: PoolingService | ScoringService, c: Contract, argv: list
     if w.engine.max_model_len is not None:
         out["maxModelLen"] = w.engine.max_model_len
     out["args"] = argv
+    share = share_status(resource, w)
+    if share:
+        out["gpuShare"] = share
+    return out
+
+
+ISOLATION = {
+    "timeSlicing": "none: time-slicing shares the device's memory; vLLM's --gpu-memory-utilization bound is the only guard",
+    "mig": "hardware: the MIG slice's memory and compute are the server's own",
+    "dra": "the claimed device's; co-tenants of one device are bounded only by their vLLM bounds",
+}
+
+
+def share_status(resource: PoolingService | ScoringService, w: Workload) -> dict[str, Any] | None:
+    gpu = resource.spec.resources.gpu if resource.spec.resources else None
+    if gpu is None or gpu.share is None:
+        return None
+    need = memory.minimum(w)
+    out: dict[str, Any] = {"memory": str(gpu.share.memory), "minimum": binary_quantity(need.total), "basis": need.summary()}
+    util = memory.utilization(gpu)
+    if util is not None:
+        out["gpuMemoryUtilization"] = util
+    out["gpus"] = round(memory.gpus_held(resource.spec.resources), 4)
+    out["isolation"] = ISOLATION[gpu.share.via]
     return out
 
 

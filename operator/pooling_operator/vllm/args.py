@@ -11,8 +11,9 @@ from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_fol
 from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import option_names
+from pooling_operator.vllm.memory import utilization
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
-from pooling_operator.vllm.workload import Workload, workload
+from pooling_operator.vllm.workload import Workload, Workloadable, workload
 
 MODEL_MOUNT = "/models"
 CACHE_MOUNT = "/cache"  # the pod's scratch folder: HOME, the Hugging Face and vLLM caches
@@ -22,6 +23,12 @@ DEFAULT_PORT = 8000
 def compact(value: Any) -> str:
     """JSON as vLLM reads it: compact, keys sorted."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def share_utilization(resource: Workloadable) -> float | None:
+    """A GPU share's vLLM bound: share.memory over the device (vllm/memory.py)."""
+    resources = resource.spec.resources
+    return utilization(resources.gpu) if resources and resources.gpu and resources.gpu.share else None
 
 
 def model_argument(w: Workload) -> str:
@@ -115,7 +122,7 @@ def vllm_command(
         ("--max-num-batched-tokens", engine.max_num_batched_tokens),
         ("--max-num-seqs", engine.max_num_seqs),
         ("--tensor-parallel-size", engine.tensor_parallel_size),
-        ("--gpu-memory-utilization", engine.gpu_memory_utilization),
+        ("--gpu-memory-utilization", share_utilization(resource) or engine.gpu_memory_utilization),
     ):
         if value is not None:
             argv += [flag, str(value)]

@@ -22,8 +22,8 @@ UNSAFE_FOR_NON_CHUNKING_POOLERS = ("--enable-chunked-prefill", "--enable-prefix-
 def gpu_problems(w: Workload, xa: ExtraArgs, resources: object) -> Iterator[Problem]:
     """Every vLLM worker needs its own GPU: tensor x pipeline x data parallel <= GPUs per pod."""
     gpu = getattr(resources, "gpu", None)
-    count = gpu.count if gpu is not None else 1
-    if count == 0:
+    count = gpu.whole if gpu is not None else 1
+    if count == 0 or getattr(gpu, "share", None) is not None:  # a share: vllm/share_rules.py
         return
     given = xa.given
     sizes = {"tensor": w.engine.tensor_parallel_size or 1}

@@ -39,6 +39,7 @@ from pooling_operator.vllm.flag_classes import code_keys
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
 from pooling_operator.vllm.model_rules import remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
+from pooling_operator.vllm.share_rules import share_problems
 from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
@@ -91,6 +92,7 @@ def extra_args(s: Subject) -> Iterable[Problem]:
 def gpus(s: Subject) -> Iterable[Problem]:
     if s.xa is not None:
         yield from gpu_problems(s.w, s.xa, s.resource.spec.resources)
+        yield from share_problems(s.w, s.xa, s.resource.spec.resources)
 
 
 def pooling_service(s: Subject) -> Iterable[Problem]:
