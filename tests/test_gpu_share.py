@@ -154,7 +154,9 @@ def test_rendered(gpu: dict[str, Any], limits: dict[str, str], util: float, gpus
         [tmpl] = [o for o in out["objects"] if o["kind"] == "ResourceClaimTemplate"]
         assert out["objects"][0] is tmpl  # applied before the Deployment whose pods name it
         assert out["pod"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": tmpl["metadata"]["name"]}]
-        assert tmpl["spec"]["spec"]["devices"]["requests"] == [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+        assert tmpl["spec"]["spec"]["devices"]["requests"] == [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": "2Gi"}}}}
+        ]  # part of one device: consumable capacity (KEP-5075)
 
 
 def test_scoring_services_share_too_and_status_says_what_the_share_is() -> None:

@@ -228,14 +228,17 @@ def claim_template_name(w: Workload) -> str:
     return f"{w.name}-{GPU_CLAIM}"
 
 
-def resource_claim_template(resource: Service, w: Workload, device_class: str) -> dict[str, Any]:
-    """A DRA share: each pod's ResourceClaim asks for one device of the class (resource.k8s.io/v1, GA in 1.34);
-    the share's memory bound is vLLM's, as with time-slicing (the claim is the whole device)."""
+def resource_claim_template(resource: Service, w: Workload, device_class: str, memory: str) -> dict[str, Any]:
+    """A DRA share: each pod's ResourceClaim asks for one device of the class and, of it, the share's memory
+    (resource.k8s.io/v1 `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and
+    1.35 behind DRAConsumableCapacity, beta in 1.36; the driver's devices must allow multiple allocations).
+    Where the gate is off the API server drops the capacity request and each claim takes a whole device."""
+    request = {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": metadata(w, claim_template_name(w), resource.metadata.uid),
-        "spec": {"spec": {"devices": {"requests": [{"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class}}]}}},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
     }
 
 
@@ -246,7 +249,8 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     objects = [deployment(resource, w, argv), service(resource, w), pod_disruption_budget(resource, w)]
     device_class = dra_claim(spec.resources)
     if device_class:
-        objects.insert(0, resource_claim_template(resource, w, device_class))  # before the pods that name it
+        share = spec.resources.gpu.share  # type: ignore[union-attr]  # dra_claim found it
+        objects.insert(0, resource_claim_template(resource, w, device_class, str(share.memory)))  # before the pods that name it
     if spec.monitoring.service_monitor:
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:

@@ -73,7 +73,7 @@ def effective(resource: PoolingService | ScoringService, c: Contract, argv: list
 ISOLATION = {
     "timeSlicing": "none: time-slicing shares the device's memory; vLLM's --gpu-memory-utilization bound is the only guard",
     "mig": "hardware: the MIG slice's memory and compute are the server's own",
-    "dra": "the claimed device's; co-tenants of one device are bounded only by their vLLM bounds",
+    "dra": "the scheduler counts each claim's memory (consumable capacity); on the device only vLLM's bound guards it",
 }
 
 
