@@ -41,6 +41,8 @@ test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, u
 	@$(MAKE) --no-print-directory -j2 cluster-build vllm-runtime-or-skip
 	@echo "==> unit tier, on both cores (pytest-xdist)"
 	$(PY) -m pytest tests -n 2 $(PYTEST_ARGS)
+	@echo "==> GPU share sizing: the minimum per case, as validate and render show it (bench/gpu_share_sizing, no torch)"
+	$(PY) bench/gpu_share_sizing/run.py --dry-run
 	@echo "==> control-plane, operator and real_vllm tiers"
 	$(PY) -m pytest e2e/tests $(PYTEST_ARGS)
 
