@@ -191,3 +191,28 @@ def test_startup_is_measured_once_per_pod_and_not_again_after_a_restart() -> Non
     reconciles.ctx.cache.children = {"Pod": {key: [pod("p1", 60), pod("p2", 90), pod("p3", 30)]}}
     third = asyncio.run(twice(restarted, {**body, "status": again}))
     assert third["startup"] == {"lastSeconds": 30.0, "typicalSeconds": 60.0, "samples": 3}
+
+
+def test_the_gpus_a_service_holds_are_exported_for_chargeback_and_dropped_with_it() -> None:
+    """vllm_pooling_operator_gpus_held = the Deployment's pods (status.replicas) x what one pod holds: two pods
+    of a 4Gi time-sliced share of an H100 (81559Mi) hold 2 x 4096/81559 GPU; the series goes with the service."""
+    from prometheus_client import REGISTRY
+
+    from pooling_operator.reconcile.services import SERVICES
+
+    spec = {"model": {"hints": {"numParameters": 22713216, "maxModelLen": 512}}, "engine": {"maxModelLen": 512},
+            "resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3", "share": {"memory": "4Gi", "via": "timeSlicing"}}}}  # fmt: skip
+    reconciles, _, body = world(pooling(spec, name="shared"))
+    labels = {"kind": "PoolingService", "namespace": "ns", "name": "shared"}
+
+    async def main() -> None:
+        status = await reconciles.reconcile(body)  # the write's Deployment: no pods yet
+        assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) == 0.0
+        desired = await SERVICES.desired(reconciles.ctx, reconciles.memory, reconciles.policies(), body)
+        await SERVICES.after(reconciles.ctx, reconciles.memory, body, desired, {**status, "replicas": 2}, status)
+        await reconciles.ctx.events.drain()
+
+    asyncio.run(main())
+    assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) == pytest.approx(2 * 4096 / 81559)
+    reconciles.forget(body["metadata"]["uid"])
+    assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) is None

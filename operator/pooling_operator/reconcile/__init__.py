@@ -26,7 +26,7 @@ from pooling_operator.reconcile.flow import Kind, run
 from pooling_operator.reconcile.jobs import JOBS
 from pooling_operator.reconcile.policies import policy_counts, reconcile_policies
 from pooling_operator.reconcile.policyset import PolicySet, policy_set
-from pooling_operator.reconcile.services import SERVICES
+from pooling_operator.reconcile.services import SERVICES, forget_metrics
 from pooling_operator.reconcile.state import Memory
 
 __all__ = ["RECONCILERS", "Context", "Events", "Gone", "InvalidSpec", "Kind", "Memory", "PolicySet", "Reconciles",
@@ -79,4 +79,7 @@ class Reconciles:
         return self.memory.knows(uid)
 
     def forget(self, uid: str) -> None:
+        b = self.memory.built.get(uid)
+        if b is not None:
+            forget_metrics(b.resource)
         self.memory.forget(uid)

@@ -12,11 +12,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
+from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -32,6 +33,12 @@ CATCH_UP_SECONDS = 10.0
 STARTUP = Histogram(
     "vllm_pooling_operator_replica_startup_seconds", "Seconds from a replica's pod created to Ready.",
     ["kind", "namespace", "name"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
+)
+GPUS_HELD = Gauge(
+    "vllm_pooling_operator_gpus_held",
+    "GPUs a service's pods hold now, for chargeback: its Deployment's pods x what one pod holds (whole GPUs, or the "
+    "fraction a share is: builders.common.gpus_per_pod). Dropped when the service goes.",
+    ["kind", "namespace", "name"],
 )
 CHILDREN = (
     "ResourceClaimTemplate", "Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject",
@@ -85,6 +92,9 @@ class Services:
             STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"]).observe(seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
+        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set(
+            (status.get("replicas") or 0) * gpus_per_pod(resource.spec.resources)
+        )
         autoscaling = resource.spec.autoscaling
         if ctx.tracker is not None:
             if autoscaling is not None:
@@ -99,6 +109,16 @@ class Services:
                 "vLLM checks the API key only on /v1, /v2, /inference and /cohere; these routes answer without it: "
                 + ", ".join(status["unprotectedRoutes"]) + ". Restrict them with a NetworkPolicy or a gateway.",
             )
+
+
+def forget_metrics(resource: object) -> None:
+    """Drop a gone service's series (a gauge would otherwise keep charging its last value)."""
+    if isinstance(resource, PoolingService | ScoringService):
+        labels = (resource.kind, resource.metadata.namespace or "", resource.metadata.name)
+        try:
+            GPUS_HELD.remove(*labels)
+        except KeyError:
+            pass
 
 
 def _fresh_startups(memory: Memory, uid: str, pods: list[dict[str, Any]], old_status: dict[str, Any], *,
