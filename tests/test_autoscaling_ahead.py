@@ -166,3 +166,11 @@ def test_a_rising_trend_starts_replicas_one_start_up_ahead() -> None:
         d = decide(i * 15.0, replace(s, reporting=2), Observed(replicas=2, ready=2, startup_seconds=180.0), T, state)
         state = d.state
     assert "rising towards" in d.reason and d.values["expectedArrivalRate"] > d.values["arrivalRate"]
+    # what the autoscaler writes is what the CRD declares: an undeclared field makes the API server refuse the
+    # whole status patch (500 "field not declared in schema": a CI run's autoscaling tests showed it)
+    from pooling_operator.api.crd import all_crds
+    from pooling_operator.autoscaling.scale import autoscaling_status
+
+    crd = next(c for c in all_crds() if c["spec"]["names"]["kind"] == "PoolingService")
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["autoscaling"]
+    assert set(autoscaling_status(d, 2, 2, "2026-12-01T00:00:00Z")) <= set(schema["properties"])

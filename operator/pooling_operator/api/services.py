@@ -394,6 +394,9 @@ class AutoscalingStatus(Spec):
     ready_replicas: int | None = Field(default=None, description="Replicas serving and reporting metrics.")
     queue_depth: float | None = Field(default=None, description="Waiting requests per ready replica.")
     arrival_rate: float | None = Field(default=None, description="Estimated arrivals, requests per second.")
+    expected_arrival_rate: float | None = Field(
+        default=None, description="Arrivals expected one start-up ahead, when a clear rise is planned for (requests per second)."
+    )
     capacity_per_replica: float | None = Field(
         default=None, description="Learned requests per second one replica serves at the current request size."
     )
