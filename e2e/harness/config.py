@@ -17,6 +17,10 @@ GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 # may hold whole GPUs and sliced ones), so services requesting a slice are placed for real.
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 MIG_SLICES_PER_NODE = 7
+# ... and time-sliced replicas as the plugin names them with renameByDefault (examples/gpu-shares.yaml asks for
+# one): two GPUs' worth, four replicas each
+TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"
+TIME_SLICED_PER_NODE = 8
 
 
 @dataclass
@@ -94,6 +98,7 @@ def node_manifests(cfg: ClusterConfig) -> list[dict[str, Any]]:
                     "pods": "110",
                     GPU_RESOURCE: str(cfg.gpus_per_node),
                     MIG_RESOURCE: str(MIG_SLICES_PER_NODE),
+                    TIME_SLICED_RESOURCE: str(TIME_SLICED_PER_NODE),
                 },
             )
         )
