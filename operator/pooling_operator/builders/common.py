@@ -8,7 +8,7 @@ from typing import Any
 
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
 from pooling_operator.api.base import TemplateSpec
-from pooling_operator.api.gpu import DEFAULT_GPU_RESOURCE, ResourcesSpec
+from pooling_operator.api.gpu import DEFAULT_GPU_RESOURCE, GpuShareSpec, ResourcesSpec
 from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
@@ -104,10 +104,10 @@ def gpu_resource(resources: ResourcesSpec | None) -> tuple[str, int] | None:
     return None
 
 
-def dra_claim(resources: ResourcesSpec | None) -> str | None:
-    """The DeviceClass a DRA share's ResourceClaimTemplate requests, else None."""
+def dra_share(resources: ResourcesSpec | None) -> GpuShareSpec | None:
+    """The share a ResourceClaimTemplate requests (via dra), else None."""
     share = resources.gpu.share if resources and resources.gpu else None
-    return share.device_class_name if share is not None and share.via == "dra" else None
+    return share if share is not None and share.via == "dra" else None
 
 
 def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
         out["requests"] = requests
     if limits:
         out["limits"] = limits
-    if dra_claim(resources):
+    if dra_share(resources):
         out["claims"] = [{"name": GPU_CLAIM}]
     return out
 

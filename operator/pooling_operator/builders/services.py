@@ -18,7 +18,7 @@ from pooling_operator.builders.common import (
     GPU_CLAIM,
     POD_SECURITY,
     BuildContext,
-    dra_claim,
+    dra_share,
     health_probes,
     metadata,
     placement,
@@ -70,7 +70,7 @@ def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any
         "containers": [container],
         "volumes": volumes,
     }
-    if dra_claim(spec.resources):
+    if dra_share(spec.resources):
         pod_spec["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": claim_template_name(w)}]
     deploy_spec: dict[str, Any] = {}
     if spec.autoscaling is None:
@@ -247,10 +247,9 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     line (builders.plan resolves both once)."""
     spec = resource.spec
     objects = [deployment(resource, w, argv), service(resource, w), pod_disruption_budget(resource, w)]
-    device_class = dra_claim(spec.resources)
-    if device_class:
-        share = spec.resources.gpu.share  # type: ignore[union-attr]  # dra_claim found it
-        objects.insert(0, resource_claim_template(resource, w, device_class, str(share.memory)))  # before the pods that name it
+    share = dra_share(spec.resources)
+    if share is not None and share.device_class_name:
+        objects.insert(0, resource_claim_template(resource, w, share.device_class_name, str(share.memory)))  # before the pods that name it
     if spec.monitoring.service_monitor:
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:

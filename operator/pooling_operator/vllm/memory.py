@@ -61,10 +61,6 @@ class Sizing:
     def total(self) -> int:
         return sum(t.bytes for t in self.terms)
 
-    @property
-    def complete(self) -> bool:
-        return not self.missing
-
     def summary(self) -> str:
         parts = ", ".join(f"{t.name} {binary_quantity(t.bytes)}" for t in self.terms if t.bytes)
         return f"{binary_quantity(self.total)} ({parts})"

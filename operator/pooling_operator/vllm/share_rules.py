@@ -91,9 +91,8 @@ def _fits(w: Workload, resources: ResourcesSpec) -> Iterator[Problem]:
     gpu = resources.gpu
     assert gpu is not None and gpu.share is not None
     share, device = share_bytes(gpu), device_memory(gpu)
+    assert share is not None  # a share's memory
     path = f"{P}.share.memory"
-    if share is None:
-        return
     if device is not None and share > device:
         where = f"the {gpu.share.mig_profile} slice's" if gpu.share.via == "mig" else "the device's"
         yield Problem(path, f"share.memory {binary_quantity(share)} is more than {where} {binary_quantity(device)}")

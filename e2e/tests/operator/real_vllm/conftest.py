@@ -25,7 +25,7 @@ import pytest
 from e2e.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import built, runtime
-from e2e.realvllm.runner_process import PodRunner
+from e2e.realvllm.runner_process import BUILT_CLAIM, PodRunner
 from e2e.tests.operator.real_vllm.pool import ServerPool
 from e2e.tests.operator.real_vllm.serving import STARTS, Deployer, Served
 
@@ -83,17 +83,25 @@ def declared(session: pytest.Session) -> list[dict[str, Any]]:
     return [doc for module in modules for doc in getattr(module, "POOL", ())]
 
 
+def _mounts(doc: dict[str, Any], claim: str) -> bool:
+    volume = ((doc.get("spec") or {}).get("model") or {}).get("source", {}).get("volume") or {}
+    return volume.get("claimName") == claim
+
+
 @pytest.fixture(scope="session")
 def server_pool(
-    request: pytest.FixtureRequest, cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner, built_models: Path
+    request: pytest.FixtureRequest, cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner
 ) -> Iterator[ServerPool]:
+    wanted = declared(request.session)
+    if any(_mounts(doc, BUILT_CLAIM) for doc in wanted):
+        request.getfixturevalue("built_models")  # built before a pod that mounts them is applied
     ns = cluster.create_namespace("real-vllm-pool")
     deployer = Deployer(cluster, pod_runner)
     pod_runner.model_claim(ns)
     pod_runner.built_claim(ns)
     deployer.claimed.append(ns)
     pool = ServerPool(deployer, ns)
-    for doc in declared(request.session):
+    for doc in wanted:
         pool.want(doc)
     yield pool
     pool.close()
