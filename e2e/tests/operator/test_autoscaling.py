@@ -7,6 +7,8 @@ Every wait polls with a deadline; nothing sleeps to synchronise. The operator de
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,6 +85,41 @@ def fleet(cluster: ControlPlane, prometheus: PrometheusServer, namespace: str, n
     return ExporterFleet(cluster, namespace, name, "pooling-service", name, prometheus, load).start()
 
 
+RECOMMENDATION_SAMPLE_SLACK = 1.0  # a 0.2 s sampling period plus a GET on a loaded CI machine
+RECOMMENDS = re.compile(r"\brecommends (\d+)\b")
+
+
+class RecommendationSampler:
+    """Samples the raw recommendation the operator writes into status.autoscaling.reason (``<signal>
+    recommends N``) every 0.2 s in a thread; ``stop`` returns the (time, N) samples. Sampling a value over
+    time, not waiting for one: the test reads the record afterwards."""
+
+    def __init__(self, read: Any) -> None:
+        self._read = read
+        self._samples: list[tuple[float, int]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recommendations", daemon=True)
+
+    def start(self) -> RecommendationSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 300  # bounded even when a failing test never calls stop
+        while not self._done.wait(0.2) and time.monotonic() < deadline:
+            try:
+                reason = ((self._read().get("status") or {}).get("autoscaling") or {}).get("reason") or ""
+            except Exception:  # a GET that failed is a missed sample, not a failure of the test
+                continue
+            if m := RECOMMENDS.search(reason):
+                self._samples.append((time.monotonic(), int(m.group(1))))
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._done.set()
+        self._thread.join(timeout=5)
+        return list(self._samples)
+
+
 def metrics_flowing(cluster: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     obj = status(cluster, namespace, name)
     return obj if cond(obj, "MetricsAvailable").get("status") == "True" else None
@@ -100,6 +137,7 @@ def test_load_step_scales_up_fast_and_down_only_after_the_window(
         assert obj["status"]["autoscaling"]["desiredReplicas"] == 1 and replicas(cluster, namespace, "emb") == 1
 
         # A load step to ~3x one replica's capacity: the waiting gauge and p99 move at once.
+        sampler = RecommendationSampler(lambda: status(cluster, namespace, "emb")).start()
         stepped = time.monotonic()
         write_load(load, requests_per_second=600)
         wait_for(lambda: replicas(cluster, namespace, "emb") > 1, timeout=30, what="a scale-up", interval=0.1, max_interval=0.1)
@@ -129,11 +167,20 @@ def test_load_step_scales_up_fast_and_down_only_after_the_window(
 
         peak = wait_for(settled, timeout=90, what="enough ready replicas for 600 req/s")
 
-        # The end of the load: nothing may go before the 10 s scale-down window has passed.
-        idle = time.monotonic()
+        # The end of the load: nothing may go before the 10 s scale-down window has passed since the last
+        # recommendation of the peak. That can precede the end of the load (the up step may overshoot what
+        # demand then asks for), so the window is measured from the recommendations in status, sampled
+        # throughout: from the first sample showing a lower one, which the operator wrote one decision period
+        # after the last of the peak at most.
         write_load(load, requests_per_second=0)
         wait_for(lambda: replicas(cluster, namespace, "emb") < peak, timeout=60, what="a scale-down", interval=0.2, max_interval=0.5)
-        assert time.monotonic() - idle >= 10
+        down = time.monotonic()
+        samples = sampler.stop()
+        last = max((i for i, (_, raw) in enumerate(samples) if raw >= peak), default=None)
+        assert last is not None, f"no recommendation of {peak} was seen: {samples}"
+        anchor = samples[last + 1][0] if last + 1 < len(samples) else down
+        print(f"first recommendation below {peak} seen -> scale-down: {down - anchor:.2f}s")
+        assert down - anchor >= 10 - AUTOSCALE_SECONDS - RECOMMENDATION_SAMPLE_SLACK
         assert not f.failures
 
 
