@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.services import GpuShareStatus
 from pooling_operator.builders import BuildContext, plan
 from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.vllm import memory
@@ -157,6 +158,48 @@ def test_rendered(gpu: dict[str, Any], limits: dict[str, str], util: float, gpus
         assert tmpl["spec"]["spec"]["devices"]["requests"] == [
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": "2Gi"}}}}
         ]  # part of one device: consumable capacity (KEP-5075)
+
+
+def dra(memory: str) -> dict[str, Any]:
+    return {"product": H100, "share": {"memory": memory, "via": "dra", "deviceClassName": "gpu.nvidia.com"}}
+
+
+def test_a_changed_dra_share_is_a_new_claim_template() -> None:
+    # a ResourceClaimTemplate's spec is immutable: an apply changing it would be refused (422) for good
+    names = {}
+    for memory_ in ("2Gi", "2Gi", "3Gi"):
+        out = rendered(shared(dra(memory_)))
+        [tmpl] = [o for o in out["objects"] if o["kind"] == "ResourceClaimTemplate"]
+        assert out["pod"]["resourceClaims"][0]["resourceClaimTemplateName"] == tmpl["metadata"]["name"]
+        names.setdefault(memory_, set()).add(tmpl["metadata"]["name"])
+    assert len(names["2Gi"]) == 1 and names["2Gi"] != names["3Gi"]
+    assert all(n.startswith("demo-gpu-") and len(n) == len("demo-gpu-") + 8 for ns in names.values() for n in ns)
+
+
+CLAIM_TEMPLATES = [
+    # (id, the observed template, dropped)
+    ("capacity kept (the gate on)", {"spec": {"spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1, "capacity": {"requests": {"memory": "2Gi"}}}}]}}}},
+     False),
+    ("capacity dropped (the gate off, as 1.35 answers)", {"spec": {"spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}}}, True),
+    ("not seen yet", None, False),
+    ("no requests at all", {"spec": {"spec": {"devices": {}}}}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("template", "dropped"), [c[1:] for c in CLAIM_TEMPLATES], ids=[c[0] for c in CLAIM_TEMPLATES])
+def test_status_says_when_a_dra_share_became_a_whole_device(template: dict[str, Any] | None, dropped: bool) -> None:
+    from pooling_operator.status.services import WHOLE_DEVICE, claim_capacity_dropped, share_status
+
+    assert claim_capacity_dropped(template) is dropped
+    r = validate(shared(dra("2Gi")), Settings())
+    st = share_status(r.resource, r.workload, template)  # type: ignore[arg-type]
+    assert st is not None
+    assert st["gpus"] == (1.0 if dropped else round(2 * GiB / (81559 * MiB), 4))
+    assert st.get("allocation") == (WHOLE_DEVICE if dropped else None)
+    declared = {f.alias or n for n, f in GpuShareStatus.model_fields.items()}
+    assert set(st) <= declared, set(st) - declared  # the API server refuses a status patch with an undeclared field
 
 
 def test_scoring_services_share_too_and_status_says_what_the_share_is() -> None:

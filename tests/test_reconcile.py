@@ -62,10 +62,10 @@ class Recording:
 
 
 def world(body: dict[str, Any], *, policies: list[dict[str, Any]] = (), namespace_labels: dict[str, str] | None = None,
-          refuse: tuple[str, ...] = ()) -> tuple[Reconciles, Recording, dict[str, Any]]:
+          refuse: tuple[str, ...] = (), api: type[Recording] | None = None) -> tuple[Reconciles, Recording, dict[str, Any]]:
     body = copy.deepcopy(body)
     body["metadata"].update(uid="svc-1", generation=2, resourceVersion="7")
-    kube = Recording(refuse)
+    kube = (api or Recording)(refuse)
     cache = Cache(
         owners={owner_key(body): [project(body)]},
         children={},
@@ -216,3 +216,47 @@ def test_the_gpus_a_service_holds_are_exported_for_chargeback_and_dropped_with_i
     assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) == pytest.approx(2 * 4096 / 81559)
     reconciles.forget(body["metadata"]["uid"])
     assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) is None
+
+
+class GateOff(Recording):
+    """kube-apiserver 1.35 with DRAConsumableCapacity off: it drops a claim request's capacity on write, with no
+    error (what e2e/tests/operator/test_gpu_shares_dra.py sees on the real one)."""
+
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
+        out = await super().apply(obj, manager=manager, subresource=subresource)
+        if out["kind"] == "ResourceClaimTemplate":
+            for r in out["spec"]["spec"]["devices"]["requests"]:
+                r["exactly"].pop("capacity", None)
+        return out
+
+
+def test_a_dra_share_whose_capacity_the_api_server_dropped_is_applied_once_and_counted_whole() -> None:
+    """The observed template lacks what we applied; re-applying cannot change that, so a second reconcile sends
+    nothing. Status and the chargeback gauge say one whole device per pod, and a Warning says so once."""
+    from prometheus_client import REGISTRY
+
+    from pooling_operator.reconcile.services import SERVICES
+    from pooling_operator.status.services import WHOLE_DEVICE
+
+    spec = {"model": {"hints": {"numParameters": 22713216, "maxModelLen": 512}}, "engine": {"maxModelLen": 512},
+            "resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3",
+                                  "share": {"memory": "4Gi", "via": "dra", "deviceClassName": "gpu.nvidia.com"}}}}  # fmt: skip
+    reconciles, kube, body = world(pooling(spec, name="dra"), api=GateOff)
+
+    async def main() -> dict[str, Any]:
+        first = await reconciles.reconcile(body)
+        second = await reconciles.reconcile({**body, "status": first})
+        desired = await SERVICES.desired(reconciles.ctx, reconciles.memory, reconciles.policies(), body)
+        for _ in range(2):
+            await SERVICES.after(reconciles.ctx, reconciles.memory, body, desired, {**second, "replicas": 2}, second)
+        await reconciles.ctx.events.drain()
+        return second
+
+    status = asyncio.run(main())
+    assert [o["kind"] for o in kube.applied].count("ResourceClaimTemplate") == 1
+    assert status["effective"]["gpuShare"]["allocation"] == WHOLE_DEVICE
+    assert status["effective"]["gpuShare"]["gpus"] == 1.0
+    labels = {"kind": "PoolingService", "namespace": "ns", "name": "dra"}
+    assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) == 2.0
+    warned = [m for t, r, m in kube.events if r == "GpuShareNotHonoured"]
+    assert len(warned) == 1 and "spec.resources.gpu.share.memory" in warned[0] and "DRAConsumableCapacity" in warned[0]

@@ -357,6 +357,11 @@ class GpuShareStatus(Spec):
     gpu_memory_utilization: float | None = Field(default=None, description="The rendered --gpu-memory-utilization.")
     gpus: float | None = Field(default=None, description="The fraction of a GPU one pod counts as (budgets, simulate).")
     isolation: str | None = Field(default=None, description="What keeps co-tenants apart on the device.")
+    allocation: str | None = Field(
+        default=None,
+        description="Set when the cluster gave each pod more than the share: a DRA claim whose capacity request the "
+        "API server dropped (the DRAConsumableCapacity feature gate off) takes a whole device.",
+    )
 
 
 class Effective(Spec):

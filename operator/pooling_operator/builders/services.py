@@ -3,6 +3,8 @@ NetworkPolicy."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
@@ -70,8 +72,10 @@ def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any
         "containers": [container],
         "volumes": volumes,
     }
-    if dra_share(spec.resources):
-        pod_spec["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": claim_template_name(w)}]
+    share = dra_share(spec.resources)
+    if share is not None and share.device_class_name:
+        name = claim_template_name(w, share.device_class_name, str(share.memory))
+        pod_spec["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": name}]
     deploy_spec: dict[str, Any] = {}
     if spec.autoscaling is None:
         deploy_spec["replicas"] = spec.replicas
@@ -224,21 +228,31 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
-def claim_template_name(w: Workload) -> str:
-    return f"{w.name}-{GPU_CLAIM}"
+def claim_request(device_class: str, memory: str) -> dict[str, Any]:
+    """A DRA share's one device request: a device of the class and, of it, the share's memory (resource.k8s.io/v1
+    `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and 1.35 behind
+    DRAConsumableCapacity, beta in 1.36; the driver's devices must allow multiple allocations)."""
+    return {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
+
+
+def claim_template_name(w: Workload, device_class: str, memory: str) -> str:
+    """`<service>-gpu-<8 hex>`, the hash of what the template requests. A ResourceClaimTemplate's spec is
+    immutable (resource.k8s.io/v1 ResourceClaimTemplate.spec): a changed share is a new template, the rollout
+    moves the pods to it, and the old one is deleted as no longer desired (claims made from it stay with their
+    pods until those go)."""
+    digest = hashlib.sha256(json.dumps(claim_request(device_class, memory), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{w.name}-{GPU_CLAIM}-{digest}"
 
 
 def resource_claim_template(resource: Service, w: Workload, device_class: str, memory: str) -> dict[str, Any]:
-    """A DRA share: each pod's ResourceClaim asks for one device of the class and, of it, the share's memory
-    (resource.k8s.io/v1 `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and
-    1.35 behind DRAConsumableCapacity, beta in 1.36; the driver's devices must allow multiple allocations).
-    Where the gate is off the API server drops the capacity request and each claim takes a whole device."""
-    request = {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
+    """A DRA share: each pod's ResourceClaim asks for `claim_request`. Where the DRAConsumableCapacity gate is
+    off, the API server drops the capacity request and each claim takes a whole device (status.effective.gpuShare
+    says so: status.services.claim_capacity_dropped)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": metadata(w, claim_template_name(w), resource.metadata.uid),
-        "spec": {"spec": {"devices": {"requests": [request]}}},
+        "metadata": metadata(w, claim_template_name(w, device_class, memory), resource.metadata.uid),
+        "spec": {"spec": {"devices": {"requests": [claim_request(device_class, memory)]}}},
     }
 
 

@@ -26,7 +26,12 @@ from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions as C
-from pooling_operator.status.services import degraded_by_time, embedding_fingerprint, service_status
+from pooling_operator.status.services import (
+    WHOLE_DEVICE,
+    degraded_by_time,
+    embedding_fingerprint,
+    service_status,
+)
 from pooling_operator.status.startup import merged, pod_startups
 
 CATCH_UP_SECONDS = 10.0
@@ -76,7 +81,8 @@ class Services:
         assert plan is not None and isinstance(resource, PoolingService | ScoringService)
         deployment = current.get(("Deployment", meta["name"]))
         pods = ctx.cache.pods_of(owner_key(body))
-        status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload)
+        template = next((o for (kind, _), o in current.items() if kind == "ResourceClaimTemplate"), None)
+        status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
         startup = merged(old_status.get("startup"), [s for _, s, _ in fresh])
@@ -92,9 +98,13 @@ class Services:
             STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"]).observe(seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
-        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set(
-            (status.get("replicas") or 0) * gpus_per_pod(resource.spec.resources)
-        )
+        share = (status.get("effective") or {}).get("gpuShare") or {}
+        whole_device = share.get("allocation") == WHOLE_DEVICE  # status.services.pod_gpus: one device per pod then
+        per_pod = 1.0 if whole_device else gpus_per_pod(resource.spec.resources)
+        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set((status.get("replicas") or 0) * per_pod)
+        if whole_device and (meta["uid"], "GpuShareNotHonoured") not in memory.warned:
+            memory.warned.add((meta["uid"], "GpuShareNotHonoured"))
+            ctx.event(body, "Warning", "GpuShareNotHonoured", f"spec.resources.gpu.share.memory is not what each pod gets: {WHOLE_DEVICE}.")
         autoscaling = resource.spec.autoscaling
         if ctx.tracker is not None:
             if autoscaling is not None:

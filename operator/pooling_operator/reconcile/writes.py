@@ -127,6 +127,10 @@ async def _apply_child(
             return None
         raise
     ctx.cache.wrote(result, parent=uid)
+    # What the server made of our apply is what we want of it until it or our intent changes: a field it drops
+    # (one behind a feature gate that is off) must not make every reconcile apply again.
+    key = (obj["kind"], obj["metadata"]["name"])
+    memory.verified.setdefault(uid, {})[key] = (str(result["metadata"].get("resourceVersion")), obj["metadata"]["annotations"].get(HASH_ANNOTATION, ""))
     action = "Created" if have is None else "Updated"
     WRITES.labels(obj["kind"], action.lower()).inc()
     log.info("%s %s", "Created" if have is None else "Applied", _ref(result))

@@ -50,7 +50,8 @@ def routes(resource: PoolingService | ScoringService, c: Contract, w: Workload |
     return c.routes(w.task, score=score)
 
 
-def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str], w: Workload | None = None) -> dict[str, Any]:
+def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str], w: Workload | None = None,
+              claim_template: dict[str, Any] | None = None) -> dict[str, Any]:
     w = w or workload(resource)
     out: dict[str, Any] = {"vllmVersion": c.version, "runner": w.runner}
     if w.runner == "pooling":
@@ -64,7 +65,7 @@ def effective(resource: PoolingService | ScoringService, c: Contract, argv: list
     if w.engine.max_model_len is not None:
         out["maxModelLen"] = w.engine.max_model_len
     out["args"] = argv
-    share = share_status(resource, w)
+    share = share_status(resource, w, claim_template)
     if share:
         out["gpuShare"] = share
     return out
@@ -77,7 +78,31 @@ ISOLATION = {
 }
 
 
-def share_status(resource: PoolingService | ScoringService, w: Workload) -> dict[str, Any] | None:
+WHOLE_DEVICE = (
+    "a whole device per pod: kube-apiserver dropped the claim's capacity request (the DRAConsumableCapacity "
+    "feature gate is off), so the scheduler gives each claim a device of its own"
+)
+
+
+def claim_capacity_dropped(template: dict[str, Any] | None) -> bool:
+    """The observed ResourceClaimTemplate of a DRA share asks for no capacity: the API server dropped the request
+    (it clears fields behind a disabled feature gate on write, without an error; checked on Kubernetes 1.35)."""
+    if template is None:
+        return False
+    requests = ((((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests")) or []
+    return bool(requests) and not any(((r.get("exactly") or {}).get("capacity") or {}).get("requests") for r in requests)
+
+
+def pod_gpus(resource: PoolingService | ScoringService, claim_template: dict[str, Any] | None = None) -> float:
+    """What one pod holds, as the cluster placed it: whole GPUs or the share's fraction (vllm.memory.gpus_held,
+    which builders.common.gpus_per_pod is), or one whole device when a DRA claim's capacity request was dropped."""
+    if claim_capacity_dropped(claim_template):
+        return 1.0
+    return memory.gpus_held(resource.spec.resources)
+
+
+def share_status(resource: PoolingService | ScoringService, w: Workload,
+                 claim_template: dict[str, Any] | None = None) -> dict[str, Any] | None:
     gpu = resource.spec.resources.gpu if resource.spec.resources else None
     if gpu is None or gpu.share is None:
         return None
@@ -86,8 +111,10 @@ def share_status(resource: PoolingService | ScoringService, w: Workload) -> dict
     util = memory.utilization(gpu)
     if util is not None:
         out["gpuMemoryUtilization"] = util
-    out["gpus"] = round(memory.gpus_held(resource.spec.resources), 4)
+    out["gpus"] = round(pod_gpus(resource, claim_template), 4)
     out["isolation"] = ISOLATION[gpu.share.via]
+    if claim_capacity_dropped(claim_template):
+        out["allocation"] = WHOLE_DEVICE
     return out
 
 
@@ -118,9 +145,10 @@ def service_status(
     deployment: dict[str, Any] | None,
     pods: list[dict[str, Any]],
     w: Workload | None = None,
+    claim_template: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole status (conditions without timestamps) of a valid service; `w` is its workload view when the
-    caller has it (the reconcile's plan does)."""
+    caller has it (the reconcile's plan does); `claim_template` its observed ResourceClaimTemplate (a DRA share)."""
     meta, spec = resource.metadata, resource.spec
     generation = meta.generation
     w = w or workload(resource)
@@ -187,7 +215,7 @@ def service_status(
         "selector": ",".join(f"{k}={v}" for k, v in selector_labels(w.name, w.kind).items()),
         "endpoint": f"http://{meta.name}.{namespace}.svc:{spec.service.port}",
         "routes": service_routes,
-        "effective": effective(resource, c, argv, w),
+        "effective": effective(resource, c, argv, w, claim_template),
     }
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)
