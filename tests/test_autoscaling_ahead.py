@@ -174,3 +174,22 @@ def test_a_rising_trend_starts_replicas_one_start_up_ahead() -> None:
     crd = next(c for c in all_crds() if c["spec"]["names"]["kind"] == "PoolingService")
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["autoscaling"]
     assert set(autoscaling_status(d, 2, 2, "2026-12-01T00:00:00Z")) <= set(schema["properties"])
+
+
+@pytest.mark.parametrize(("why", "base", "latency", "more"), [
+    # (why, the rate rising by 10 % per read from, seconds each request spends in the system, replicas added?)
+    ("a trickle: the engine idles between requests", 0.4, 0.015, False),
+    ("light but rising past one request in the system per replica at the forecast", 40.0, 0.03, True),
+    ("busy", 100.0, 0.03, True),
+])  # fmt: skip
+def test_a_rising_trend_asks_for_replicas_only_where_the_engines_would_be_busy(why: str, base: float, latency: float, more: bool) -> None:
+    rising = [Signals(waiting=0.0, reporting=1, completions=base * 1.1**i, in_system=base * 1.1**i * latency, tokens=base * 1.1**i * 16,
+                      p99=latency * 2) for i in range(13)]  # fmt: skip
+    replicas = drive(T, 180.0, rising, replicas=1)
+    assert (replicas[-1] > 1) is more, (why, replicas)
+
+
+def test_without_requests_in_the_system_a_rising_trend_still_plans_ahead() -> None:
+    # no inSystem series (an exporter without the latency sum): the rule as before, on the arrivals alone
+    rising = [replace(load(0.4 * 1.1**i), in_system=None) for i in range(13)]
+    assert drive(T, 180.0, rising, replicas=1)[-1] > 1

@@ -65,6 +65,11 @@ MIN_RATE = 1e-6  # per second: below it a rate is no traffic at all
 CAPACITY_SMOOTHING = 0.5  # weight of a new saturated observation
 SATURATED_WAITING_PER_REPLICA = 1.0  # waiting requests per reporting pod that mean "saturated"
 BACKLOG_EXTRA = 0.25  # with a measured capacity, backlog signals ask for at most this share more than demand
+# A rising trend asks for replicas only when, at the forecast, each replica would hold at least this many requests
+# on average (Little's law: requests in the system = arrivals x latency). Below one the engine idles between
+# requests, and the rise fits in that headroom: a small model's 0.4 req/s rising to 0.7 asked for 4 replicas of a
+# server that serves 200 (bench/shared_gpus, issue 24's 16-service figure).
+TREND_BUSY_IN_SYSTEM = 1.0
 
 
 REQUIRED = ("waiting", "completions")
@@ -315,9 +320,12 @@ def decide(
         if targets.p99_seconds and signals.in_system is not None and state.capacity_saturated:
             per_replica = capacity_rps * TARGET_UTILIZATION * targets.p99_seconds
             recs["inSystem"] = ratio_recommendation(reporting, (signals.in_system / reporting) / per_replica, tol)
-    if expected > arrival * (1 + tol) and arrival > MIN_RATE and not state.capacity_saturated:
+    idle_ahead = signals.in_system is not None and arrival > MIN_RATE and (
+        signals.in_system / reporting * expected / arrival < TREND_BUSY_IN_SYSTEM)
+    if expected > arrival * (1 + tol) and arrival > MIN_RATE and not state.capacity_saturated and not idle_ahead:
         # Rising, with no capacity measured yet: the replicas serving today's arrivals serve the forecast's
-        # share of them at most, so as many more are started now as the rise asks for one start-up ahead.
+        # share of them at most, so as many more are started now as the rise asks for one start-up ahead. Not
+        # while the engines would still idle between requests at the forecast (idle_ahead).
         recs["trend"] = _ceil(reporting * expected / arrival)
     if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
         recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
