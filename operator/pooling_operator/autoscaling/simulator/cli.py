@@ -15,16 +15,19 @@ import yaml
 from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator import calibrate, plot
+from pooling_operator.autoscaling.simulator.cotenants import NamespaceResult, run_namespace, tenant_for
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.autoscaling.simulator.simulate import (
     DEFAULT_SCRAPE_SECONDS,
     POLICIES,
     Result,
+    Setup,
     setup_for,
     simulate,
+    steady_start,
     to_json,
 )
-from pooling_operator.autoscaling.simulator.trace import InputError, parse_trace
+from pooling_operator.autoscaling.simulator.trace import InputError, Trace, parse_trace
 from pooling_operator.manifests import ManifestError, load
 from pooling_operator.vllm.validate import validate
 
@@ -78,6 +81,10 @@ def add_parser(subparsers: Any) -> None:
                    help=f"seconds between Prometheus scrapes of a pod (default {DEFAULT_SCRAPE_SECONDS:g})")
     s.add_argument("--initial-replicas", type=_number(int), metavar="N", help="replicas ready at the start (default: the fewest that meet the target at the "
                    "first row's rate, a steady start)")
+    s.add_argument("--cotenant", action="append", default=[], metavar="SERVICE.yaml=TRACE.csv",
+                   help="another service of the namespace with its own trace (repeatable): every service's pods share "
+                   "time-sliced devices (resources.gpu.share; whole GPUs take a device each), busy co-tenants share a "
+                   "device's time, and the namespace's device-minutes are printed (autoscaling/simulator/cotenants.py)")
     s.add_argument("--plot", metavar="FILE", help="also draw the run (demand, replicas ready and asked for, p99 per "
                    "minute against the target) into FILE: .svg or .png (needs matplotlib, the 'plot' extra)")
     model = s.add_argument_group("service model (defaults: the fit; see autoscaling/servicemodel.py)")
@@ -129,6 +136,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         params = service_model(args)
         setup = setup_for(resource, policy, params, seed=args.seed, scrape_interval=args.scrape_interval,
                           initial_replicas=args.initial_replicas)
+        if args.cotenant:
+            return cmd_cotenants(args, resource, setup, trace)
         results = simulate(resource, policy, trace, setup, args.compare)
     except (InputError, ManifestError) as exc:
         print(f"error: {str(exc).replace(chr(10), ' ')}", file=sys.stderr)
@@ -149,6 +158,58 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         print(render_text(results, setup.p99_target))
     return EXIT_OK
+
+
+def cmd_cotenants(args: argparse.Namespace, resource: PoolingService | ScoringService, setup: Setup, trace: Trace) -> int:
+    """SERVICE.yaml and every --cotenant in one namespace (raises InputError, as cmd_simulate's body does)."""
+    if args.compare or args.plot:
+        raise InputError("--cotenant runs the operator's autoscaler on every service: --compare and --plot are for one service")
+    tenants, devices = [], []
+    for i, item in enumerate([f"{args.service}={args.trace}", *args.cotenant]):
+        path, sep, trace_path = item.partition("=")
+        if not sep or not path or not trace_path:
+            raise InputError(f"--cotenant {item}: expected SERVICE.yaml=TRACE.csv")
+        if i == 0:
+            service, own = resource, steady_start(setup, trace)
+        else:
+            service, policy = read_service(path)
+            try:
+                own_trace = parse_trace(_read_text(trace_path))
+            except InputError as exc:
+                raise InputError(f"{trace_path}: {exc}") from None
+            own = steady_start(setup_for(service, policy, setup.params, seed=args.seed + i, scrape_interval=args.scrape_interval,
+                                         initial_replicas=args.initial_replicas), own_trace)
+        tenant, device = tenant_for(service, own, trace if i == 0 else own_trace)
+        tenants.append(tenant)
+        devices.append((device, service))
+    sizes = {d for d, _ in devices if d is not None}
+    if len(sizes) > 1:
+        a, b = [s for d, s in devices if d is not None][:2]
+        raise InputError(f"{a.kind}/{a.metadata.name} and {b.kind}/{b.metadata.name}: shares of different devices "
+                         "(spec.resources.gpu.product or memory): co-tenants share one kind of device")
+    if len({t.name for t in tenants}) != len(tenants):
+        raise InputError("--cotenant: every service of the namespace needs its own kind and name")
+    device = sizes.pop() if sizes else 1  # whole GPUs only: each pod takes a device, whatever its size
+    result = run_namespace(tenants, device)
+    if args.output == "json":
+        print(json.dumps(cotenants_json(result), separators=(",", ":")))
+    else:
+        lines = [f"{len(tenants)} services, {result.devices} devices"]
+        for name, r in result.services.items():
+            lines.append(f"{name}: SLO-minutes missed {r.slo_minutes_missed}/{len(r.minutes)}, GPU-minutes {r.gpu_minutes:.2f}, "
+                         f"replica-minutes {r.replica_minutes:.1f}, max replicas {r.max_replicas}")
+        lines.append(f"namespace: SLO-minutes missed {result.slo_minutes_missed}, GPU-minutes (charged) {result.gpu_minutes:.2f}, "
+                     f"device-minutes {result.device_minutes:.1f}")
+        print("\n".join(lines))
+    return EXIT_OK
+
+
+def cotenants_json(result: NamespaceResult) -> dict[str, Any]:
+    return {
+        "services": to_json(result.services)["results"],
+        "namespace": {"slo_minutes_missed": result.slo_minutes_missed, "gpu_minutes": round(result.gpu_minutes, 3),
+                      "device_minutes": round(result.device_minutes, 3), "devices": result.devices},
+    }
 
 
 def service_model(args: argparse.Namespace) -> ServiceParams:

@@ -172,6 +172,9 @@ class Replica:
         self._waiting_after = 0
         self._last_start: float | None = None
         self._clock = ready_at
+        # How many times longer a step takes than alone: set from outside for time-sliced co-tenants
+        # (cotenants.py: the device's busy tenants share its time), read at each step's start.
+        self.slowdown = 1.0
 
     @property
     def in_flight(self) -> int:
@@ -225,7 +228,7 @@ class Replica:
         if sd > 0:
             shape = (step / sd) ** 2
             step = self._rng.gammavariate(shape, step / shape)
-        self._step_end = start + step
+        self._step_end = start + step * self.slowdown
         self._step_tokens = tokens
         self._last_start = start
         if end > 4096 and end * 2 > len(queue):  # drop the admitted prefix now and then

@@ -229,55 +229,83 @@ def replica_rate(params: ServiceParams, mean_tokens: float, p99_target: float, s
     return lo
 
 
-def run(setup: Setup, trace: Trace, policy: Policy) -> Result:
-    """One policy over the whole trace."""
-    p = setup.params
-    end = trace.end
-    route = random.Random(f"{setup.seed}:route")
-    phases = random.Random(f"{setup.seed}:scrape")
-    incoming = arrivals(trace, random.Random(f"{setup.seed}:arrivals"))
-    prometheus = Prometheus(duration_seconds(setup.targets.window), LATENCY_BUCKETS)
-    record = _Record(setup.p99_target)
-    pods: list[_Pod] = []
-    front: list[tuple[float, int]] = []  # (arrival, tokens) waiting for a ready replica
-    timeline: list[Entry] = []
-    minutes: list[Minute] = []
+Placed = Any  # what a `Placement` returns for a pod (a device), handed back when the pod is gone
 
-    def add(t: float, ready_at: float) -> None:
-        pod_id = len(pods)
-        replica = Replica(p, ready_at, seed=setup.seed * 1_000_003 + pod_id)
-        pods.append(_Pod(pod_id, replica, t, ready_at + phases.uniform(0, setup.scrape_interval)))
 
-    def resize(t: float, desired: int) -> None:
-        live = [q for q in pods if q.removed_at is None]
+class Placement(Protocol):
+    """Where pods run, for co-tenants (cotenants.py): a pod added is placed, and freed once gone."""
+
+    def place(self, t: float, replica: Replica) -> Placed: ...
+
+    def free(self, t: float, where: Placed) -> None: ...
+
+
+class ServiceRun:
+    """One policy over one service's trace, in steps: `next_time` is when something happens next (a decision, a
+    minute's end, a scrape, a replica ready, the end), `step(t)` runs the world up to t and handles what is due
+    then; it may be called at any time in between (co-tenants advance in lockstep) without changing the run."""
+
+    def __init__(self, setup: Setup, trace: Trace, policy: Policy, placement: Placement | None = None) -> None:
+        self.setup, self.policy, self.placement = setup, policy, placement
+        self.end = trace.end
+        self._route = random.Random(f"{setup.seed}:route")
+        self._phases = random.Random(f"{setup.seed}:scrape")
+        self._incoming = arrivals(trace, random.Random(f"{setup.seed}:arrivals"))
+        self._prometheus = Prometheus(duration_seconds(setup.targets.window), LATENCY_BUCKETS)
+        self._record = _Record(setup.p99_target)
+        self.pods: list[_Pod] = []
+        self._front: list[tuple[float, int]] = []  # (arrival, tokens) waiting for a ready replica
+        self._timeline: list[Entry] = []
+        self._minutes: list[Minute] = []
+        self._where: dict[int, Placed] = {}
+        for _ in range(max(1, setup.targets.min_replicas) if setup.initial_replicas is None else setup.initial_replicas):
+            self._add(0.0, 0.0)
+        policy.start(len(self.pods))
+        self._max_replicas = len(self.pods)
+        self._pending = next(self._incoming, None)
+        self.t, self._next_tick, self._next_minute = 0.0, 0.0, 60.0
+        self._ready_before = -1
+        self.done = False
+
+    def _add(self, t: float, ready_at: float) -> None:
+        pod_id = len(self.pods)
+        replica = Replica(self.setup.params, ready_at, seed=self.setup.seed * 1_000_003 + pod_id)
+        self.pods.append(_Pod(pod_id, replica, t, ready_at + self._phases.uniform(0, self.setup.scrape_interval)))
+        if self.placement is not None:
+            self._where[pod_id] = self.placement.place(t, replica)
+
+    def _gone(self, q: _Pod, at: float) -> None:
+        q.gone_at = at
+        if self.placement is not None:
+            self.placement.free(at, self._where.pop(q.id))
+
+    def _resize(self, t: float, desired: int) -> None:
+        live = [q for q in self.pods if q.removed_at is None]
         for _ in range(desired - len(live)):
-            add(t, t + p.startup_s)
+            self._add(t, t + self.setup.params.startup_s)
         # loading pods first, then the most recently ready; newest first within each
         order = sorted(live, key=lambda q: (q.replica.ready_at <= t, -q.replica.ready_at, -q.id))
         for q in order[: max(0, len(live) - desired)]:
             q.removed_at = t
             if q.replica.ready_at > t:
-                q.gone_at = t
+                self._gone(q, t)
 
-    for _ in range(max(1, setup.targets.min_replicas) if setup.initial_replicas is None else setup.initial_replicas):
-        add(0.0, 0.0)
-    policy.start(len(pods))
-    max_replicas = len(pods)
-    pending = next(incoming, None)
-    t, next_tick, next_minute = 0.0, 0.0, 60.0
-    ready_before = -1
-    while True:
-        loading = [q.replica.ready_at for q in pods if q.removed_at is None and q.replica.ready_at > t]
-        scrapes = [q.next_scrape for q in pods if q.gone_at is None]
-        t_next = min([next_tick, next_minute, end, *loading, *scrapes])
-        serving = [q for q in pods if q.ready(t)]
-        while pending is not None and pending[0] < t_next:
+    def next_time(self) -> float:
+        t = self.t
+        loading = [q.replica.ready_at for q in self.pods if q.removed_at is None and q.replica.ready_at > t]
+        scrapes = [q.next_scrape for q in self.pods if q.gone_at is None]
+        return min([self._next_tick, self._next_minute, self.end, *loading, *scrapes])
+
+    def step(self, t_next: float) -> None:
+        setup, pods, front, record = self.setup, self.pods, self._front, self._record
+        serving = [q for q in pods if q.ready(self.t)]
+        while self._pending is not None and self._pending[0] < t_next:
             if serving:
-                serving[route.randrange(len(serving))].replica.submit(*pending)
+                serving[self._route.randrange(len(serving))].replica.submit(*self._pending)
             else:
-                front.append(pending)
-            pending = next(incoming, None)
-        t = t_next
+                front.append(self._pending)
+            self._pending = next(self._incoming, None)
+        self.t = t = t_next
         for q in pods:
             if q.gone_at is not None or q.replica.ready_at > t:
                 continue
@@ -285,43 +313,59 @@ def run(setup: Setup, trace: Trace, policy: Policy) -> Result:
                 record.add(done)
                 q.last_finish = done.finish
             if q.removed_at is not None and q.replica.in_flight == 0:
-                q.gone_at = max(q.removed_at, q.last_finish)
-                prometheus.gone(q.id, q.gone_at)
+                self._gone(q, max(q.removed_at, q.last_finish))
+                self._prometheus.gone(q.id, q.gone_at)  # type: ignore[arg-type]
         serving = [q for q in pods if q.ready(t)]
         if front and serving:
             for arrival, tokens in front:
-                serving[route.randrange(len(serving))].replica.submit(t, tokens, origin=arrival)
+                serving[self._route.randrange(len(serving))].replica.submit(t, tokens, origin=arrival)
             front.clear()
-        if t >= next_minute or t >= end:  # a minute ends: every request completed in it is recorded
+        if t >= self._next_minute or t >= self.end:  # a minute ends: every request completed in it is recorded
             overdue = bool(front) and t - front[0][0] > setup.p99_target
-            minutes.append(record.minute(round(next_minute / 60) - 1, overdue))
-            next_minute += 60.0
-        if t >= end:
-            break
+            self._minutes.append(record.minute(round(self._next_minute / 60) - 1, overdue))
+            self._next_minute += 60.0
+        if t >= self.end:
+            self.done = True
+            if self.placement is not None:  # the trace is over: its pods leave their devices to the others
+                for q in pods:
+                    if q.id in self._where:
+                        self.placement.free(self.end, self._where.pop(q.id))
+            return
         for q in pods:
             if q.gone_at is None and q.next_scrape <= t:
-                prometheus.scrape(q.id, t, q.replica.counters)
+                self._prometheus.scrape(q.id, t, q.replica.counters)
                 q.next_scrape += setup.scrape_interval
-        tick = t >= next_tick
+        tick = t >= self._next_tick
         if tick:
             current = sum(q.removed_at is None for q in pods)
-            desired = policy.replicas(t, current, len(serving), prometheus.evaluate(t))
+            desired = self.policy.replicas(t, current, len(serving), self._prometheus.evaluate(t))
             if desired != current:
-                resize(t, desired)
-                max_replicas = max(max_replicas, desired)
-            next_tick += policy.period
+                self._resize(t, desired)
+                self._max_replicas = max(self._max_replicas, desired)
+            self._next_tick += self.policy.period
         ready_now = sum(q.ready(t) for q in pods)
-        if tick or ready_now != ready_before:
-            timeline.append(Entry(t, sum(q.removed_at is None for q in pods), ready_now, quantile(record.since_entry)))
+        if tick or ready_now != self._ready_before:
+            self._timeline.append(Entry(t, sum(q.removed_at is None for q in pods), ready_now, quantile(record.since_entry)))
             record.since_entry = []
-            ready_before = ready_now
-    gpu_seconds = sum(min(end, q.gone_at if q.gone_at is not None else end) - q.added_at for q in pods)
-    replica_seconds = sum(min(end, q.removed_at if q.removed_at is not None else end) - q.added_at for q in pods)
-    return Result(
-        policy=policy.name, minutes=tuple(minutes), timeline=tuple(timeline),
-        replica_minutes=replica_seconds / 60, gpu_minutes=gpu_seconds * setup.gpus_per_replica / 60,
-        max_replicas=max_replicas, completed=record.completed,
-    )
+            self._ready_before = ready_now
+
+    def result(self) -> Result:
+        end, pods = self.end, self.pods
+        gpu_seconds = sum(min(end, q.gone_at if q.gone_at is not None else end) - q.added_at for q in pods)
+        replica_seconds = sum(min(end, q.removed_at if q.removed_at is not None else end) - q.added_at for q in pods)
+        return Result(
+            policy=self.policy.name, minutes=tuple(self._minutes), timeline=tuple(self._timeline),
+            replica_minutes=replica_seconds / 60, gpu_minutes=gpu_seconds * self.setup.gpus_per_replica / 60,
+            max_replicas=self._max_replicas, completed=self._record.completed,
+        )
+
+
+def run(setup: Setup, trace: Trace, policy: Policy) -> Result:
+    """One policy over the whole trace."""
+    r = ServiceRun(setup, trace, policy)
+    while not r.done:
+        r.step(r.next_time())
+    return r.result()
 
 
 def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: ServiceParams, *, seed: int = 0,
@@ -339,6 +383,21 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
                  scrape_interval, seed, initial_replicas)
 
 
+def _oracle(setup: Setup, trace: Trace) -> Oracle:
+    sizes = sorted({seg.mean_tokens for seg in trace.segments if seg.rate > 0})
+    rates = {n: replica_rate(setup.params, n, setup.p99_target, setup.seed) for n in sizes}
+    return Oracle(trace, rates, setup.params.startup_s, setup.targets.min_replicas, setup.max_replicas)
+
+
+def steady_start(setup: Setup, trace: Trace, oracle: Oracle | None = None) -> Setup:
+    """The setup with `initial_replicas` set, when it is not: the fewest replicas that meet the target at the first
+    row's rate (a steady start)."""
+    if setup.initial_replicas is not None:
+        return setup
+    first = trace.segments[0]
+    return replace(setup, initial_replicas=(oracle or _oracle(setup, trace)).need(first.rate, first.mean_tokens))
+
+
 def simulate(resource: Service, policy: AutoscalingPolicySpec | None, trace: Trace, setup: Setup,
              compare: Sequence[str] = ()) -> dict[str, Result]:
     """Ours, then every policy `compare` names, on the same trace and arrivals. Without `initial_replicas` the
@@ -346,12 +405,8 @@ def simulate(resource: Service, policy: AutoscalingPolicySpec | None, trace: Tra
     unknown = [c for c in compare if c not in POLICIES[1:]]
     if unknown:
         raise InputError(f"--compare: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES[1:])}")
-    sizes = sorted({seg.mean_tokens for seg in trace.segments if seg.rate > 0})
-    rates = {n: replica_rate(setup.params, n, setup.p99_target, setup.seed) for n in sizes}
-    oracle = Oracle(trace, rates, setup.params.startup_s, setup.targets.min_replicas, setup.max_replicas)
-    if setup.initial_replicas is None:
-        first = trace.segments[0]
-        setup = replace(setup, initial_replicas=oracle.need(first.rate, first.mean_tokens))
+    oracle = _oracle(setup, trace)
+    setup = steady_start(setup, trace, oracle)
     results = {"operator": run(setup, trace, Operator(setup))}
     for name in dict.fromkeys(compare):
         if name == "hpa-queue":
