@@ -39,6 +39,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(HERE.parent / "autoscaling")]
 
 import families  # noqa: E402
+from heldout import seeds_of  # noqa: E402
 
 from pooling_operator.autoscaling.simulator.cotenants import Tenant, run_namespace  # noqa: E402
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
@@ -114,21 +115,13 @@ def one(job: tuple[int, str]) -> dict[str, Any]:
     }
 
 
-def seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-1", help="namespaces, e.g. 0-3 or 100-109 (default 0-1)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="write every row and the summary as JSON here")
     args = ap.parse_args(argv)
-    namespaces = seeds(args.seeds)
+    namespaces = seeds_of(args.seeds)
     jobs = [(n, layout) for n in namespaces for layout in LAYOUTS]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
