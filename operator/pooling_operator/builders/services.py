@@ -231,7 +231,7 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
 def claim_request(device_class: str, memory: str) -> dict[str, Any]:
     """A DRA share's one device request: a device of the class and, of it, the share's memory (resource.k8s.io/v1
     `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and 1.35 behind
-    DRAConsumableCapacity, beta in 1.36; the driver's devices must allow multiple allocations)."""
+    DRAConsumableCapacity, off by default; the driver's devices must allow multiple allocations)."""
     return {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
 
 
