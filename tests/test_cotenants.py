@@ -74,7 +74,7 @@ def test_placement(pool: int, shares: list[int | None], freed: list[int], where:
             for f in freed:
                 devices.free(1.0, placed[f])
         placed.append(devices.place(0.0, Replica(FAST), None if share is None else share * GiB))
-    assert [p[0] for p in placed] == where
+    assert [p[0][0] for p in placed] == where
 
 
 def test_device_minutes_count_a_device_once_while_any_pod_holds_it() -> None:
@@ -84,7 +84,15 @@ def test_device_minutes_count_a_device_once_while_any_pod_holds_it() -> None:
     devices.free(90.0, a)
     devices.free(120.0, b)
     c = devices.place(180.0, Replica(FAST), 10 * GiB)
-    assert c[0] == 0 and devices.device_minutes(240.0) == pytest.approx((120 + 60) / 60)
+    assert c[0][0] == 0 and devices.device_minutes(240.0) == pytest.approx((120 + 60) / 60)
+
+
+def test_a_pod_of_two_whole_gpus_takes_two_devices() -> None:
+    devices = Devices(DEVICE, 1)
+    pair = devices.place(0.0, Replica(FAST), None, whole=2)
+    assert [i for i, *_ in pair] == [0, 1]
+    devices.free(60.0, pair)
+    assert devices.device_minutes(60.0) == pytest.approx(2.0) and all(d.used == 0 for d in devices.devices)
 
 
 def test_busy_tenants_of_one_device_share_its_time() -> None:
@@ -147,6 +155,7 @@ def test_simulate_runs_a_namespace_of_cotenants(tmp_path: Any, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize(("other", "extra", "said"), [
+    ({"memory": "4Gi", "via": "timeSlicing"}, ["--cotenant", "no-trace.yaml"], "expected SERVICE.yaml=TRACE.csv"),
     ({"memory": "4Gi", "via": "mig", "migProfile": "1g.10gb"}, [], "spec.resources.gpu.share.via is mig"),
     ({"memory": "4Gi", "via": "timeSlicing"}, ["--compare", "keda"], "--compare and --plot are for one service"),
 ])  # fmt: skip
@@ -157,3 +166,11 @@ def test_simulate_cotenants_refuses_what_it_cannot_model(tmp_path: Any, capsys: 
     a, b = files(tmp_path, shared_doc("a", {"memory": "4Gi", "via": "timeSlicing"}), shared_doc("b", other))
     code = main(["simulate", a.split("=")[0], "--trace", a.split("=")[1], "--cotenant", b, *extra])
     assert code == 2 and said in capsys.readouterr().err
+
+
+def test_simulate_cotenants_names_a_service_given_twice(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from pooling_operator.cli import main
+
+    [a] = files(tmp_path, shared_doc("a", {"memory": "4Gi", "via": "timeSlicing"}))
+    assert main(["simulate", a.split("=")[0], "--trace", a.split("=")[1], "--cotenant", a]) == 2
+    assert "PoolingService/a is there twice" in capsys.readouterr().err

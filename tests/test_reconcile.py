@@ -260,3 +260,36 @@ def test_a_dra_share_whose_capacity_the_api_server_dropped_is_applied_once_and_c
     assert REGISTRY.get_sample_value("vllm_pooling_operator_gpus_held", labels) == 2.0
     warned = [m for t, r, m in kube.events if r == "GpuShareNotHonoured"]
     assert len(warned) == 1 and "spec.resources.gpu.share.memory" in warned[0] and "DRAConsumableCapacity" in warned[0]
+
+
+def test_a_changed_dra_share_keeps_the_old_claim_template_while_a_pod_names_it() -> None:
+    """A ResourceClaimTemplate's spec is immutable, so a changed share is a new template. The old one stays while a
+    pod of the service was made with it (one of the old ReplicaSet, recreated mid-rollout, needs it for its
+    claim), and goes with the next reconcile once none does."""
+
+    def spec(memory: str) -> dict[str, Any]:
+        return {"model": {"hints": {"numParameters": 22713216, "maxModelLen": 512}}, "engine": {"maxModelLen": 512},
+                "resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3",
+                                      "share": {"memory": memory, "via": "dra", "deviceClassName": "gpu.nvidia.com"}}}}  # fmt: skip
+
+    reconciles, kube, body = world(pooling(spec("4Gi"), name="dra"))
+    key = owner_key(body)
+
+    async def reconcile(b: dict[str, Any]) -> None:
+        await reconciles.reconcile(b)
+        await reconciles.ctx.events.drain()
+
+    asyncio.run(reconcile(body))
+    [old] = [o["metadata"]["name"] for o in kube.applied if o["kind"] == "ResourceClaimTemplate"]
+    pod = {"kind": "Pod", "metadata": {"uid": "p1", "name": "dra-1", "namespace": "ns"},
+           "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": old}]}, "status": {}}
+    reconciles.ctx.cache.children = {"Pod": {key: [project(pod)]}}  # the projection keeps the claims
+    changed = copy.deepcopy(body)
+    changed["spec"] = pooling(spec("6Gi"), name="dra")["spec"]
+    changed["metadata"]["generation"] = 3
+    asyncio.run(reconcile(changed))
+    new = [o["metadata"]["name"] for o in kube.applied if o["kind"] == "ResourceClaimTemplate"][-1]
+    assert new != old and not kube.deleted
+    reconciles.ctx.cache.children = {"Pod": {key: []}}  # the old pod went
+    asyncio.run(reconcile(changed))
+    assert [(o["kind"], o["metadata"]["name"]) for o in kube.deleted] == [("ResourceClaimTemplate", old)]

@@ -355,7 +355,11 @@ class GpuShareStatus(Spec):
     minimum: str | None = Field(default=None, description="The least memory the server needs inside vLLM's bound.")
     basis: str | None = Field(default=None, description="The minimum's terms (weights, activations, reserve, kvCache).")
     gpu_memory_utilization: float | None = Field(default=None, description="The rendered --gpu-memory-utilization.")
-    gpus: float | None = Field(default=None, description="The fraction of a GPU one pod counts as (budgets, simulate).")
+    gpus: float | None = Field(
+        default=None,
+        description="The GPUs one pod holds as placed, for chargeback: the share's fraction, or 1 when allocation says "
+        "each pod was given a whole device (the namespace budget and simulate count the share as requested).",
+    )
     isolation: str | None = Field(default=None, description="What keeps co-tenants apart on the device.")
     allocation: str | None = Field(
         default=None,

@@ -61,7 +61,7 @@ def _replica_managers(meta: Mapping[str, Any]) -> list[str]:
 def project(body: Mapping[str, Any]) -> dict[str, Any]:
     """The part of an object worth keeping: everything but managedFields (the bulk of a stored object, read by
     nobody here except as "who set spec.replicas", kept as a list of managers), and of a pod only its identity
-    and status."""
+    and status (and the claims its spec names)."""
     meta = dict(body["metadata"])
     fields = meta.pop("managedFields", None)
     if fields and body.get("kind") == "Deployment":
@@ -69,6 +69,9 @@ def project(body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": meta}
     if body.get("kind") == "Pod":
         out["status"] = body.get("status") or {}
+        claims = (body.get("spec") or {}).get("resourceClaims")
+        if claims:  # which ResourceClaimTemplate a pod was made with: kept while pods name it (reconcile/writes.py)
+            out["spec"] = {"resourceClaims": claims}
         return out
     for key, value in body.items():
         if key not in out:

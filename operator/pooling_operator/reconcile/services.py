@@ -81,7 +81,8 @@ class Services:
         assert plan is not None and isinstance(resource, PoolingService | ScoringService)
         deployment = current.get(("Deployment", meta["name"]))
         pods = ctx.cache.pods_of(owner_key(body))
-        template = next((o for (kind, _), o in current.items() if kind == "ResourceClaimTemplate"), None)
+        wanted = next((o["metadata"]["name"] for o in desired.built.desired if o["kind"] == "ResourceClaimTemplate"), None)
+        template = current.get(("ResourceClaimTemplate", wanted)) if wanted else None  # not an old one still in use
         status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)

@@ -14,7 +14,7 @@ from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
-from pooling_operator.k8s.cache import replica_managers
+from pooling_operator.k8s.cache import owner_key, replica_managers
 from pooling_operator.reconcile.context import WRITES, Context, _ref, now
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions
@@ -81,9 +81,12 @@ async def _converge(
         for action, what in done.items():  # one event per action and reconcile, naming every child
             if what:
                 ctx.event(body, "Normal", action, f"{action} {_and(what)}.")
+    named = templates_in_use(ctx.cache.pods_of(owner_key(body)))
     for key, obj in observed.items():
         if key in wanted:
             continue
+        if key[0] == "ResourceClaimTemplate" and key[1] in named:
+            continue  # a pod of the old ReplicaSet, recreated before the rollout ends, needs it for its claim
         await ctx.kube.delete(obj)
         ctx.cache.deleted(obj, parent=uid)
         current.pop(key, None)
@@ -91,6 +94,13 @@ async def _converge(
         log.info("Deleted %s", _ref(obj))
         ctx.event(body, "Normal", "Deleted", f"Deleted {obj['kind']} {obj['metadata']['name']}: no longer desired.")
     return current
+
+
+def templates_in_use(pods: list[dict[str, Any]]) -> set[str]:
+    """The ResourceClaimTemplates the owner's pods were made with (a changed DRA share is a new template: the old
+    one stays until no pod names it)."""
+    return {c["resourceClaimTemplateName"] for p in pods for c in (p.get("spec") or {}).get("resourceClaims") or []
+            if c.get("resourceClaimTemplateName")}
 
 
 def _differs(memory: Memory, uid: str, obj: dict[str, Any], have: dict[str, Any] | None) -> bool:

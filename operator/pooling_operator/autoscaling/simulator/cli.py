@@ -84,7 +84,8 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument("--cotenant", action="append", default=[], metavar="SERVICE.yaml=TRACE.csv",
                    help="another service of the namespace with its own trace (repeatable): every service's pods share "
                    "time-sliced devices (resources.gpu.share; whole GPUs take a device each), busy co-tenants share a "
-                   "device's time, and the namespace's device-minutes are printed (autoscaling/simulator/cotenants.py)")
+                   "device's time, and the namespace's device-minutes are printed (autoscaling/simulator/cotenants.py). "
+                   "The service model, its flags and --initial-replicas apply to every service")
     s.add_argument("--plot", metavar="FILE", help="also draw the run (demand, replicas ready and asked for, p99 per "
                    "minute against the target) into FILE: .svg or .png (needs matplotlib, the 'plot' extra)")
     model = s.add_argument_group("service model (defaults: the fit; see autoscaling/servicemodel.py)")
@@ -166,7 +167,7 @@ def cmd_cotenants(args: argparse.Namespace, resource: PoolingService | ScoringSe
         raise InputError("--cotenant runs the operator's autoscaler on every service: --compare and --plot are for one service")
     tenants, devices = [], []
     for i, item in enumerate([f"{args.service}={args.trace}", *args.cotenant]):
-        path, sep, trace_path = item.partition("=")
+        path, sep, trace_path = item.rpartition("=")
         if not sep or not path or not trace_path:
             raise InputError(f"--cotenant {item}: expected SERVICE.yaml=TRACE.csv")
         if i == 0:
@@ -182,13 +183,18 @@ def cmd_cotenants(args: argparse.Namespace, resource: PoolingService | ScoringSe
         tenant, device = tenant_for(service, own, trace if i == 0 else own_trace)
         tenants.append(tenant)
         devices.append((device, service))
-    sizes = {d for d, _ in devices if d is not None}
-    if len(sizes) > 1:
-        a, b = [s for d, s in devices if d is not None][:2]
+    shared = [(d, s) for d, s in devices if d is not None]
+    other = next(((d, s) for d, s in shared if d != shared[0][0]), None)
+    if other is not None:
+        a, b = shared[0][1], other[1]
         raise InputError(f"{a.kind}/{a.metadata.name} and {b.kind}/{b.metadata.name}: shares of different devices "
                          "(spec.resources.gpu.product or memory): co-tenants share one kind of device")
-    if len({t.name for t in tenants}) != len(tenants):
-        raise InputError("--cotenant: every service of the namespace needs its own kind and name")
+    seen: set[str] = set()
+    for t in tenants:
+        if t.name in seen:
+            raise InputError(f"--cotenant: {t.name} is there twice: every service of the namespace needs its own kind and name")
+        seen.add(t.name)
+    sizes = {d for d, _ in shared}
     device = sizes.pop() if sizes else 1  # whole GPUs only: each pod takes a device, whatever its size
     result = run_namespace(tenants, device)
     if args.output == "json":

@@ -21,6 +21,7 @@ least one pod, what the cluster pays for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ class Tenant:
     setup: Setup
     trace: Trace
     share_bytes: int | None
+    whole: int = 1  # devices one pod of whole GPUs takes (resources.gpu.count)
 
 
 def tenant_for(resource: PoolingService | ScoringService, setup: Setup, trace: Trace) -> tuple[Tenant, int | None]:
@@ -51,7 +53,7 @@ def tenant_for(resource: PoolingService | ScoringService, setup: Setup, trace: T
     name = f"{resource.kind}/{resource.metadata.name}"
     gpu = resource.spec.resources.gpu if resource.spec.resources else None
     if gpu is None or gpu.share is None:
-        return Tenant(name, setup, trace, None), None
+        return Tenant(name, setup, trace, None, max(1, math.ceil(memory.gpus_held(resource.spec.resources)))), None
     if gpu.share.via == "mig":
         raise InputError(f"{name}: spec.resources.gpu.share.via is mig: a MIG slice shares no throughput with its "
                          "co-tenants; simulate it alone")
@@ -77,28 +79,33 @@ class Devices:
         self.memory = memory
         self.devices = [_Device(memory) for _ in range(count)]
 
-    def place(self, t: float, replica: Replica, share: int | None) -> Placed:
+    def place(self, t: float, replica: Replica, share: int | None, whole: int = 1) -> Placed:
+        """The device(s) of a new pod: a share on the least-allocated device with room; whole GPUs on `whole`
+        empty devices. Devices are added where none fits."""
+        if share is not None and share > self.memory:
+            raise ValueError(f"a share of {share} bytes does not fit a device of {self.memory}")
         need = self.memory if share is None else share
-        if need > self.memory:
-            raise ValueError(f"a share of {need} bytes does not fit a device of {self.memory}")
-        room = [(d.used, i) for i, d in enumerate(self.devices) if d.used + need <= self.memory]
-        if room:
-            index = min(room)[1]  # least allocated; the first such device on a tie
-        else:
-            index = len(self.devices)
-            self.devices.append(_Device(self.memory))
-        d = self.devices[index]
-        d.used += need
-        d.tenants.append(replica)
-        d.held.append((t, None))
-        return (index, len(d.held) - 1, need, replica)
+        taken = []
+        for _ in range(1 if share is not None else whole):
+            room = [(d.used, i) for i, d in enumerate(self.devices) if d.used + need <= self.memory and i not in taken]
+            if room:
+                index = min(room)[1]  # least allocated; the first such device on a tie
+            else:
+                index = len(self.devices)
+                self.devices.append(_Device(self.memory))
+            d = self.devices[index]
+            d.used += need
+            d.tenants.append(replica)
+            d.held.append((t, None))
+            taken.append(index)
+        return [(i, len(self.devices[i].held) - 1, need, replica) for i in taken]
 
     def free(self, t: float, where: Placed) -> None:
-        index, slot, need, replica = where
-        d = self.devices[index]
-        d.used -= need
-        d.tenants.remove(replica)
-        d.held[slot] = (d.held[slot][0], t)
+        for index, slot, need, replica in where:
+            d = self.devices[index]
+            d.used -= need
+            d.tenants.remove(replica)
+            d.held[slot] = (d.held[slot][0], t)
 
     def refresh(self) -> None:
         """Each tenant's steps take as many times as long as the device has busy tenants, itself included."""
@@ -130,11 +137,11 @@ class Devices:
 class _Tenancy:
     """The `simulate.Placement` of one tenant: its share on the namespace's devices."""
 
-    def __init__(self, devices: Devices, share: int | None) -> None:
-        self.devices, self.share = devices, share
+    def __init__(self, devices: Devices, share: int | None, whole: int = 1) -> None:
+        self.devices, self.share, self.whole = devices, share, whole
 
     def place(self, t: float, replica: Replica) -> Placed:
-        return self.devices.place(t, replica, self.share)
+        return self.devices.place(t, replica, self.share, self.whole)
 
     def free(self, t: float, where: Placed) -> None:
         self.devices.free(t, where)
@@ -160,7 +167,7 @@ def run_namespace(tenants: Sequence[Tenant], device_memory: int, *, pool: int = 
     if len({t.name for t in tenants}) != len(tenants):
         raise ValueError("tenant names must be unique")
     devices = Devices(device_memory, pool)
-    runs = [ServiceRun(t.setup, t.trace, Operator(t.setup), _Tenancy(devices, t.share_bytes)) for t in tenants]
+    runs = [ServiceRun(t.setup, t.trace, Operator(t.setup), _Tenancy(devices, t.share_bytes, t.whole)) for t in tenants]
     next_refresh = 0.0
     while True:
         live = [r for r in runs if not r.done]
