@@ -176,6 +176,27 @@ def test_hidden_state_job_name_leaves_room_for_the_index() -> None:
     assert "metadata.name" in [p.path for p in result.errors], result.problems
 
 
+@pytest.mark.parametrize(("value", "admitted", "said"), [
+    # (resources.memory as JSON reads it, kube-apiserver 1.35 admits it, what validate says otherwise)
+    (2**63 - 1, True, None),
+    (2**63, False, "past int64"),  # a JSON integer past int64 is a float to the API server
+    (2**64, False, "past int64"),
+    (2.0, True, None),
+    (float(2**53 - 1), True, None),
+    (float(2**53), False, "not an integer"),  # a float from 2**53 up is a "number" to its schema check
+    (1e20, False, "not an integer"),
+    (0.5, False, "not an integer"),
+])  # fmt: skip
+def test_a_quantity_is_what_the_api_server_reads_as_an_integer_or_a_string(value: Any, admitted: bool, said: str | None) -> None:
+    """Found by the API-server tier (CI: three generated PoolingServices with resources.memory 2**63 or 2**64
+    admitted here, refused there). Each row was checked against kube-apiserver 1.35 with our CRDs."""
+    result = validate(pooling({"resources": {"memory": value, "gpu": {"count": 1}}}))
+    assert result.ok is admitted, [str(p) for p in result.errors]
+    if said is not None:
+        [p] = result.errors
+        assert p.path == "spec.resources.memory" and said in p.message and "string" in p.message
+
+
 @pytest.mark.parametrize(("over", "path", "want"), [
     ({"replicas": 2.0}, ("replicas",), 2),
     ({"template": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -0.0}]}},

@@ -39,7 +39,8 @@ Found by this test and fixed (tests/test_properties.py pins each): a key named l
 crashed validate; lax type coercion ("3" for an integer, 0 for false); a quantity with a trailing newline;
 tolerationSeconds past int64; CEL rules reading minReplicas / shards when left out; a HiddenStateJob name that
 leaves no room for the shard index; a whole float (-0.0, 2.0) where the schema says integer, which the API
-server admits as an integer and validate refused.
+server admits as an integer and validate refused; a quantity past int64 (2**63) or a float from 2**53 up, which
+the API server reads as a number and refuses, and validate admitted.
 """
 
 from __future__ import annotations

@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from pooling_operator.api import messages as M
@@ -39,14 +47,28 @@ def duration_seconds(text: str) -> float:
 def _quantity(value: int | str) -> int | str:
     if isinstance(value, bool) or (isinstance(value, int) and value < 0):
         raise ValueError("must be a non-negative Kubernetes quantity such as 8, 500m, 64Gi or 2Ti")
+    if isinstance(value, int) and value >= 2**63:
+        # the API server reads a JSON integer past int64 as a float, and a float is no integer-or-string
+        raise ValueError(f"{value} is past int64, which the API server refuses here; write it as a string, e.g. '8Ei'")
     if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. 8, 500m, 64Gi or 2Ti")
+    return value
+
+
+def _not_a_float(value: Any) -> Any:
+    # int | str in lax mode would take 1e20 as an int: the API server refuses a JSON number that is not an integer
+    # here (x-kubernetes-int-or-string; validate.integral_numbers has already made 2.0 an int, as the API server
+    # does), so validate must too, and say how to write it
+    if isinstance(value, float):
+        raise ValueError(f"{value!r} is a number that is not an integer, which the API server refuses here; "
+                         "write a quantity as an integer or a string, e.g. 2, '0.5', 500m or 64Gi")
     return value
 
 
 Quantity = Annotated[
     int | str,
     Field(union_mode="left_to_right", json_schema_extra=INT_OR_STRING),
+    BeforeValidator(_not_a_float),
     AfterValidator(_quantity),
 ]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]

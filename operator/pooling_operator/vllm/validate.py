@@ -82,13 +82,17 @@ def _schema(kind: str) -> dict[str, Any]:
     return crd(KINDS[kind])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+JSON_EXACT = 2**53 - 1  # a float is an integer to the API server's schema check only up to here (go-openapi swag; checked on 1.35)
+
+
 def integral_numbers(value: Any, schema: Mapping[str, Any] | None) -> Any:
     """The value with every float that is a whole number (2.0, -0.0) made an int where the CRD's schema says
     integer (or int-or-string), as the API server reads JSON numbers: it admits 2.0 as an integer, so validate
-    does too. Elsewhere (free-form objects such as hfOverrides) nothing is touched."""
+    does too, but not 1e20 (a float from 2**53 up is a "number" to it). Elsewhere (free-form objects such as
+    hfOverrides) nothing is touched."""
     if schema is None:
         return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and (
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= JSON_EXACT and (
         schema.get("type") == "integer" or schema.get("x-kubernetes-int-or-string")
     ):
         return int(value)
