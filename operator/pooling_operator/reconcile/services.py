@@ -17,7 +17,6 @@ from prometheus_client import Gauge, Histogram
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -30,6 +29,8 @@ from pooling_operator.status.services import (
     WHOLE_DEVICE,
     degraded_by_time,
     embedding_fingerprint,
+    placed_whole,
+    pod_gpus,
     service_status,
 )
 from pooling_operator.status.startup import merged, pod_startups
@@ -42,7 +43,8 @@ STARTUP = Histogram(
 GPUS_HELD = Gauge(
     "vllm_pooling_operator_gpus_held",
     "GPUs a service's pods hold now, for chargeback: its Deployment's pods x what one pod holds (whole GPUs, or the "
-    "fraction a share is: builders.common.gpus_per_pod). Dropped when the service goes.",
+    "fraction a share is, or a whole device where its DRA capacity request was dropped: status.services.pod_gpus). "
+    "Dropped when the service goes.",
     ["kind", "namespace", "name"],
 )
 CHILDREN = (
@@ -99,10 +101,9 @@ class Services:
             STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"]).observe(seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
-        share = (status.get("effective") or {}).get("gpuShare") or {}
-        whole_device = share.get("allocation") == WHOLE_DEVICE  # status.services.pod_gpus: one device per pod then
-        per_pod = 1.0 if whole_device else gpus_per_pod(resource.spec.resources)
-        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set((status.get("replicas") or 0) * per_pod)
+        whole_device = placed_whole(status)
+        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set(
+            (status.get("replicas") or 0) * pod_gpus(resource, whole_device))
         if whole_device and (meta["uid"], "GpuShareNotHonoured") not in memory.warned:
             memory.warned.add((meta["uid"], "GpuShareNotHonoured"))
             ctx.event(body, "Warning", "GpuShareNotHonoured", f"spec.resources.gpu.share.memory is not what each pod gets: {WHOLE_DEVICE}.")

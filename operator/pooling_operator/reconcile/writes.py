@@ -81,12 +81,12 @@ async def _converge(
         for action, what in done.items():  # one event per action and reconcile, naming every child
             if what:
                 ctx.event(body, "Normal", action, f"{action} {_and(what)}.")
-    named = templates_in_use(ctx.cache.pods_of(owner_key(body)))
-    for key, obj in observed.items():
-        if key in wanted:
-            continue
-        if key[0] == "ResourceClaimTemplate" and key[1] in named:
-            continue  # a pod of the old ReplicaSet, recreated before the rollout ends, needs it for its claim
+    gone = [(key, obj) for key, obj in observed.items() if key not in wanted]
+    if any(kind == "ResourceClaimTemplate" for (kind, _), _ in gone):
+        named = templates_in_use(ctx.cache.pods_of(owner_key(body)))
+        # a pod of the old ReplicaSet, recreated before the rollout ends, needs its template for its claim
+        gone = [(key, obj) for key, obj in gone if not (key[0] == "ResourceClaimTemplate" and key[1] in named)]
+    for key, obj in gone:
         await ctx.kube.delete(obj)
         ctx.cache.deleted(obj, parent=uid)
         current.pop(key, None)

@@ -93,12 +93,15 @@ def claim_capacity_dropped(template: dict[str, Any] | None) -> bool:
     return bool(requests) and not any(((r.get("exactly") or {}).get("capacity") or {}).get("requests") for r in requests)
 
 
-def pod_gpus(resource: PoolingService | ScoringService, claim_template: dict[str, Any] | None = None) -> float:
+def pod_gpus(resource: PoolingService | ScoringService, whole_device: bool = False) -> float:
     """What one pod holds, as the cluster placed it: whole GPUs or the share's fraction (vllm.memory.gpus_held,
-    which builders.common.gpus_per_pod is), or one whole device when a DRA claim's capacity request was dropped."""
-    if claim_capacity_dropped(claim_template):
-        return 1.0
-    return memory.gpus_held(resource.spec.resources)
+    which builders.common.gpus_per_pod is), or one whole device where a DRA claim's capacity request was dropped."""
+    return 1.0 if whole_device else memory.gpus_held(resource.spec.resources)
+
+
+def placed_whole(status: Mapping[str, Any]) -> bool:
+    """The status says each pod was given a whole device instead of its share (share_status's `allocation`)."""
+    return ((status.get("effective") or {}).get("gpuShare") or {}).get("allocation") == WHOLE_DEVICE
 
 
 def share_status(resource: PoolingService | ScoringService, w: Workload,
@@ -111,9 +114,10 @@ def share_status(resource: PoolingService | ScoringService, w: Workload,
     util = memory.utilization(gpu)
     if util is not None:
         out["gpuMemoryUtilization"] = util
-    out["gpus"] = round(pod_gpus(resource, claim_template), 4)
+    dropped = claim_capacity_dropped(claim_template)
+    out["gpus"] = round(pod_gpus(resource, dropped), 4)
     out["isolation"] = ISOLATION[gpu.share.via]
-    if claim_capacity_dropped(claim_template):
+    if dropped:
         out["allocation"] = WHOLE_DEVICE
     return out
 
