@@ -346,6 +346,14 @@ class EngineSpec(Spec):
         le=1,
         description="Fraction of GPU memory vLLM may use, in (0, 1] (--gpu-memory-utilization). Default: vLLM's.",
     )
+    load_format: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="How vLLM reads the weights (--load-format): auto, safetensors, pt, fastsafetensors, "
+        "runai_streamer, tensorizer, ... A format whose loader needs a package vLLM does not require is accepted "
+        "with a warning naming the package. Default: vLLM's (auto).",
+    )
     startup_timeout_seconds: int = Field(
         default=1800,
         ge=60,

@@ -123,6 +123,7 @@ def vllm_command(
         ("--max-num-seqs", engine.max_num_seqs),
         ("--tensor-parallel-size", engine.tensor_parallel_size),
         ("--gpu-memory-utilization", share_utilization(resource) or engine.gpu_memory_utilization),
+        ("--load-format", engine.load_format),
     ):
         if value is not None:
             argv += [flag, str(value)]

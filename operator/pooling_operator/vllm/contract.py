@@ -23,6 +23,36 @@ SCORE_ROUTES = ("/score", "/rerank", "/v2/rerank")
 # api_router.py:52-66, 84-99): never published in status.routes.
 DEPRECATED_SCORE_ROUTES = ("/v1/score", "/v1/rerank")
 HIDDEN_STATE_CONNECTORS = ("ExampleHiddenStatesConnector",)
+# --load-format: the formats vLLM's loader registry knows, the same in 0.32 and 0.33
+# (model_executor/model_loader/__init__.py:33-65; a plugin may register more, :101-112; any other value fails at
+# start-up with "Load format `x` is not supported", :126-127). vLLM lowercases the value (config/load.py:136-138).
+LOAD_FORMATS = (
+    "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral", "modelexpress", "npcache",
+    "pt", "runai_streamer", "runai_streamer_sharded", "safetensors", "sharded_state", "tensorizer",
+)
+# Formats whose loader imports a package vLLM does not require, and the package (a PlaceholderModule until used):
+# weight_utils.py:51-53 (runai_model_streamer), :57-59 (fastsafetensors), :1360-1363 (instanttensor);
+# tensorizer.py:35-45; modelexpress_loader.py:26-29.
+LOAD_FORMAT_PACKAGES = {
+    "fastsafetensors": "fastsafetensors",
+    "instanttensor": "instanttensor",
+    "modelexpress": "modelexpress",
+    "runai_streamer": "runai-model-streamer",
+    "runai_streamer_sharded": "runai-model-streamer",
+    "tensorizer": "tensorizer",
+}
+# Formats that need something beside the weights: a daemon holding them (weight_cache/ipc_loader.py:62,
+# weight_cache/daemon.py:3-10, `vllm preload`), random weights (dummy_loader.py), a numpy cache written next to
+# the weights (npcache: weight_utils.py), pre-sharded checkpoints (sharded_state_loader.py).
+LOAD_FORMAT_NOTES = {
+    "dummy": "initialises the weights with random values (for profiling): every answer is meaningless",
+    "ipc_cache": "maps weights from a weight-cache daemon on the node (started with `vllm preload`); nothing the "
+                 "operator renders starts one",
+    "npcache": "writes a numpy cache beside the weights at first load, which fails on a read-only model volume "
+               "or model cache",
+    "sharded_state": "needs a checkpoint saved pre-sharded for this tensorParallelSize",
+    "runai_streamer_sharded": "needs a checkpoint saved pre-sharded for this tensorParallelSize",
+}
 CONNECTOR_EXTRA_KEYS = ("shared_storage_path", "num_writer_threads", "allow_custom_save_path", "use_synchronization_lock")
 
 

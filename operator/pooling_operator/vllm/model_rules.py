@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from pooling_operator.api.base import ModelSpec
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.registry import registry
 from pooling_operator.vllm.workload import Workload
@@ -94,3 +95,33 @@ def remote_code_problems(w: Workload) -> Iterator[Problem]:
         f"{r.transformers_version}: vLLM can load it only from the model repository's own code (its config's "
         f"auto_map); {_SET}, or correct the architecture name",
     )
+
+
+def embedding_size(model: ModelSpec) -> tuple[int, str] | None:
+    """The largest output size vLLM allows and where it comes from, as vLLM reads it: hfOverrides.embedding_size,
+    else the last Dense layer's out_features (declared as hints.embeddingSize), else hiddenSize; None when
+    nothing of it is known."""
+    override = (model.hf_overrides or {}).get("embedding_size")
+    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
+        return override, "model.hfOverrides.embedding_size"
+    hints = model.hints
+    if hints and hints.embedding_size:
+        return hints.embedding_size, "model.hints.embeddingSize"
+    if hints and hints.hidden_size:
+        return hints.hidden_size, "model.hints.hiddenSize"
+    return None
+
+
+def matryoshka_bound(model: ModelSpec) -> Iterator[Problem]:
+    bound = embedding_size(model)
+    if bound is None or not model.matryoshka_dimensions:
+        return
+    size, source = bound
+    for i, d in enumerate(model.matryoshka_dimensions):
+        if d > size:
+            hint = " (declare model.hints.embeddingSize if a projection layer outputs more)" if source.endswith("hiddenSize") else ""
+            yield Problem(
+                f"spec.model.matryoshkaDimensions[{i}]",
+                f"{d} is larger than the model's embedding size {size} ({source}): vLLM answers every request for "
+                f"it with 400 'only supports dimensions in range [1, {size}]'; use sizes of at most {size}{hint}",
+            )

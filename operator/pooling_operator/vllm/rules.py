@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import ModelSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
@@ -37,9 +36,10 @@ from pooling_operator.vllm.extra_args import ExtraArgs
 from pooling_operator.vllm.extra_args import parse as parse_extra_args
 from pooling_operator.vllm.flag_classes import code_keys
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
-from pooling_operator.vllm.model_rules import remote_code_problems
+from pooling_operator.vllm.model_rules import matryoshka_bound, remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.share_rules import share_problems
+from pooling_operator.vllm.storage_rules import load_format_problems, source_problems
 from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
@@ -82,6 +82,12 @@ def model_and_engine(s: Subject) -> Iterable[Problem]:
     drift = version_drift(s.w.engine.version, s.w.engine.image)
     if drift and not error:
         yield Problem("spec.engine.version", drift, "warning")
+
+
+def storage(s: Subject) -> Iterable[Problem]:
+    """How the weights (and compiled graphs) reach the server: vllm/storage_rules.py."""
+    yield from source_problems(s.w)
+    yield from load_format_problems(s.w, s.c.version if s.c else None)
 
 
 def extra_args(s: Subject) -> Iterable[Problem]:
@@ -129,9 +135,9 @@ def network_policy(s: Subject) -> Iterable[Problem]:
 
 # The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
 CHAINS: dict[type, tuple[Rule, ...]] = {
-    PoolingService: (model_and_engine, extra_args, gpus, pooling_service, autoscaling, network_policy),
-    ScoringService: (model_and_engine, extra_args, gpus, scoring_service, autoscaling, network_policy),
-    HiddenStateJob: (model_and_engine, extra_args, gpus, hidden_state_job),
+    PoolingService: (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy),
+    ScoringService: (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy),
+    HiddenStateJob: (model_and_engine, storage, extra_args, gpus, hidden_state_job),
 }
 
 
@@ -189,19 +195,6 @@ def _needs_metrics(resource: object) -> bool:
 
 def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
     model, engine = w.model, w.engine
-    source = model.source
-    if source is not None and (source.hugging_face is None) == (source.volume is None):
-        yield Problem("spec.model.source", M.SOURCE_EXACTLY_ONE)
-    from_hub = source is None or source.hugging_face is not None
-    if from_hub and not model.revision:
-        yield Problem(
-            "spec.model.revision",
-            "no revision pinned: every new pod downloads whatever the repository's main branch holds then; "
-            "set a commit sha",
-            "warning",
-        )
-    if not from_hub and model.revision:
-        yield Problem("spec.model.revision", "a revision applies only to huggingFace sources; remove it for a volume")
     if model.trust_remote_code and not settings.allow_trust_remote_code:
         yield Problem(
             "spec.model.trustRemoteCode",
@@ -216,7 +209,7 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
                 f"spec.model.hfOverrides.{key}",
                 f"{key} is owned by the typed field {field}; declare the Matryoshka sizes there",
             )
-    yield from _matryoshka_bound(model)
+    yield from matryoshka_bound(model)
     if model.hf_overrides and not settings.allow_trust_remote_code:
         for key, why in code_keys("--hf-overrides", "--hf-overrides", json.dumps(model.hf_overrides)):
             yield Problem(f"spec.model.hfOverrides.{key}", f"{key} {why}: {CODE_ADVICE}")
@@ -259,36 +252,6 @@ def _common(w: Workload, settings: Settings) -> Iterator[Problem]:
         if env.value is not None and env.value_from is not None:
             yield Problem(f"spec.engine.env[{i}]", "set value or valueFrom, not both")
         yield from _env_confinement(i, env.name, env.value, w, settings)
-
-
-def embedding_size(model: ModelSpec) -> tuple[int, str] | None:
-    """The largest output size vLLM allows and where it comes from, as vLLM reads it: hfOverrides.embedding_size,
-    else the last Dense layer's out_features (declared as hints.embeddingSize), else hiddenSize; None when
-    nothing of it is known."""
-    override = (model.hf_overrides or {}).get("embedding_size")
-    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
-        return override, "model.hfOverrides.embedding_size"
-    hints = model.hints
-    if hints and hints.embedding_size:
-        return hints.embedding_size, "model.hints.embeddingSize"
-    if hints and hints.hidden_size:
-        return hints.hidden_size, "model.hints.hiddenSize"
-    return None
-
-
-def _matryoshka_bound(model: ModelSpec) -> Iterator[Problem]:
-    bound = embedding_size(model)
-    if bound is None or not model.matryoshka_dimensions:
-        return
-    size, source = bound
-    for i, d in enumerate(model.matryoshka_dimensions):
-        if d > size:
-            hint = " (declare model.hints.embeddingSize if a projection layer outputs more)" if source.endswith("hiddenSize") else ""
-            yield Problem(
-                f"spec.model.matryoshkaDimensions[{i}]",
-                f"{d} is larger than the model's embedding size {size} ({source}): vLLM answers every request for "
-                f"it with 400 'only supports dimensions in range [1, {size}]'; use sizes of at most {size}{hint}",
-            )
 
 
 def _env_confinement(i: int, name: str, value: str | None, w: Workload, settings: Settings) -> Iterator[Problem]:

@@ -1,0 +1,54 @@
+"""How a server gets its weights: the model source and revision, and `engine.loadFormat` against vLLM's loader
+registry. Pure; a rule of every chain in vllm/rules.py. Formats are validated here, never run: the operator
+cannot know which optional packages an image ships, so a format that needs one is accepted with a warning
+naming the package."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+
+from pooling_operator.api import messages as M
+from pooling_operator.api.problems import Problem
+from pooling_operator.vllm.contract import LOAD_FORMAT_NOTES, LOAD_FORMAT_PACKAGES, LOAD_FORMATS
+from pooling_operator.vllm.workload import Workload
+
+
+def source_problems(w: Workload) -> Iterator[Problem]:
+    """Exactly one source, and a revision pinned where one applies."""
+    model = w.model
+    source = model.source
+    if source is not None and (source.hugging_face is None) == (source.volume is None):
+        yield Problem("spec.model.source", M.SOURCE_EXACTLY_ONE)
+    from_hub = source is None or source.hugging_face is not None
+    if from_hub and not model.revision:
+        yield Problem(
+            "spec.model.revision",
+            "no revision pinned: every new pod downloads whatever the repository's main branch holds then; "
+            "set a commit sha",
+            "warning",
+        )
+    if not from_hub and model.revision:
+        yield Problem("spec.model.revision", "a revision applies only to huggingFace sources; remove it for a volume")
+
+
+def load_format_problems(w: Workload, version: str | None) -> Iterator[Problem]:
+    given = w.engine.load_format
+    if given is None:
+        return
+    path = "spec.engine.loadFormat"
+    fmt = given.lower()  # as vLLM reads it (config/load.py:136-138)
+    if fmt not in LOAD_FORMATS:
+        near = difflib.get_close_matches(fmt, LOAD_FORMATS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        yield Problem(path, f"{given!r} is not a load format of vLLM{' ' + version if version else ''}{hint}; "
+                            f"accepted: {', '.join(LOAD_FORMATS)}")
+        return
+    package = LOAD_FORMAT_PACKAGES.get(fmt)
+    if package is not None:
+        yield Problem(path, f"{given!r} needs the Python package {package!r}, which vLLM does not require: the image "
+                            f"{w.engine.image!r} must ship it, or vLLM fails at start-up when it loads the weights",
+                      "warning")
+    note = LOAD_FORMAT_NOTES.get(fmt)
+    if note is not None:
+        yield Problem(path, f"{given!r} {note}", "warning")
