@@ -184,13 +184,15 @@ def test_startup_is_measured_once_per_pod_and_not_again_after_a_restart() -> Non
         return second
 
     status = asyncio.run(twice(reconciles, body))
-    assert status["startup"] == {"lastSeconds": 90.0, "typicalSeconds": 75.0, "samples": 2}
+    ready = {"lastSeconds": 90.0, "typicalSeconds": 75.0, "samples": 2}
+    assert status["startup"] == {**ready, "phases": {"ready": ready}}  # the only phase these pods record
     restarted = Reconciles(reconciles.ctx)  # a new replica: no memory, the same status and pods
     again = asyncio.run(twice(restarted, {**body, "status": status}))
     assert again["startup"] == status["startup"]
     reconciles.ctx.cache.children = {"Pod": {key: [pod("p1", 60), pod("p2", 90), pod("p3", 30)]}}
     third = asyncio.run(twice(restarted, {**body, "status": again}))
-    assert third["startup"] == {"lastSeconds": 30.0, "typicalSeconds": 60.0, "samples": 3}
+    assert third["startup"] == {"lastSeconds": 30.0, "typicalSeconds": 60.0, "samples": 3,
+                                "phases": {"ready": {"lastSeconds": 30.0, "typicalSeconds": 60.0, "samples": 3}}}
 
 
 def test_the_gpus_a_service_holds_are_exported_for_chargeback_and_dropped_with_it() -> None:

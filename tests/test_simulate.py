@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from pooling_operator.autoscaling.decide import signals_from
+from pooling_operator.autoscaling.simulator import cli
 from pooling_operator.autoscaling.simulator.baselines import (
     HPA_DEFAULT_DOWN,
     Hpa,
@@ -287,6 +288,26 @@ def test_the_service_file_may_carry_its_policy(tmp_path: Path) -> None:
     resource, found = read_service(str(path))
     setup = setup_for(resource, found, FAST)
     assert (setup.p99_target, setup.max_replicas) == (0.3, 2)
+
+
+def test_a_service_file_with_a_status_brings_its_measured_start_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get -o yaml` of a live service carries status.startup: the simulation starts replicas that
+    slowly unless a flag says otherwise."""
+    body = {**service(), "status": {"startup": {"lastSeconds": 70, "typicalSeconds": 81.5, "samples": 6}}}
+    svc = write(tmp_path, "svc.yaml", body)
+    trace = write(tmp_path, "t.csv", "seconds,requests_per_second,mean_tokens\n0,50,16\n")
+    assert main(["simulate", str(svc), "--trace", str(trace)]) == 0
+    assert "start-up 81.5 s: the service's status.startup.typicalSeconds" in capsys.readouterr().out
+    assert main(["simulate", str(svc), "--trace", str(trace), "--startup-seconds", "20"]) == 0
+    assert "status.startup" not in capsys.readouterr().out
+    resource, _ = read_service(str(svc))
+    assert setup_for(resource, None, cli.service_model(cli_args(svc, trace), cli.measured_startup(resource))).params.startup_s == 81.5
+
+
+def cli_args(svc: Path, trace: Path, *extra: str) -> Any:
+    from pooling_operator.cli import parser
+
+    return parser().parse_args(["simulate", str(svc), "--trace", str(trace), *extra])
 
 
 def test_cli_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -296,7 +296,7 @@ def test_startup_is_measured_from_pod_created_to_ready() -> None:
 
     pods = [_pod("b", "2026-12-01T10:00:00Z", "2026-12-01T10:01:30Z"), _pod("a", "2026-12-01T10:00:00Z", "2026-12-01T10:01:00Z"),
             _pod("c", "2026-12-01T10:00:00Z", None)]
-    assert [(u, s) for u, s, _ in pod_startups(pods)] == [("a", 60.0), ("b", 90.0)]  # oldest Ready first; c not yet
+    assert [(p.uid, p.seconds) for p in pod_startups(pods)] == [("a", 60.0), ("b", 90.0)]  # oldest Ready first; c not yet
     first = merged(None, [60.0, 90.0])
     assert first == {"lastSeconds": 90.0, "typicalSeconds": 75.0, "samples": 2}
     assert merged(first, []) is first
@@ -304,6 +304,53 @@ def test_startup_is_measured_from_pod_created_to_ready() -> None:
     for _ in range(40):
         many = merged(many, [30.0])
     assert many is not None and many["samples"] == 42 and abs(many["typicalSeconds"] - 30.0) < 0.5  # follows the recent ones
+
+
+def _phased(uid: str, scheduled: str | None, initialized: str | None, started: str | None, ready: str | None,
+            other_container_started: str | None = None) -> dict[str, Any]:
+    conds = [{"type": t, "status": "True", "lastTransitionTime": at}
+             for t, at in (("PodScheduled", scheduled), ("Initialized", initialized), ("Ready", ready)) if at]
+    statuses = [{"name": "vllm", "state": {"running": {"startedAt": started}} if started else {"waiting": {"reason": "ContainerCreating"}}}]
+    if other_container_started:
+        statuses.insert(0, {"name": "proxy", "state": {"running": {"startedAt": other_container_started}}})
+    return {"metadata": {"uid": uid, "creationTimestamp": "2026-12-01T10:00:00Z"},
+            "status": {"conditions": conds, "containerStatuses": statuses}}
+
+
+@pytest.mark.parametrize(("pod", "phases"), [
+    (_phased("a", "2026-12-01T10:00:02Z", "2026-12-01T10:00:09Z", "2026-12-01T10:00:40Z", "2026-12-01T10:01:30Z"),
+     {"scheduled": 2.0, "initialized": 9.0, "started": 40.0, "ready": 90.0}),
+    # what the pod does not record is absent, never filled in from its neighbours
+    (_phased("b", "2026-12-01T10:00:02Z", None, None, "2026-12-01T10:00:30Z"), {"scheduled": 2.0, "ready": 30.0}),
+    # only the vLLM container's start counts, not a sidecar's
+    (_phased("c", None, None, "2026-12-01T10:00:20Z", "2026-12-01T10:00:50Z", other_container_started="2026-12-01T10:00:05Z"),
+     {"started": 20.0, "ready": 50.0}),
+])
+def test_each_start_up_phase_is_read_from_the_pod(pod: dict[str, Any], phases: dict[str, float]) -> None:
+    from pooling_operator.status.startup import pod_startups
+
+    [sample] = pod_startups([pod])
+    assert sample.phases == phases and list(sample.phases) == [p for p in ("scheduled", "initialized", "started", "ready") if p in phases]
+    assert sample.seconds == phases["ready"]
+
+
+def test_phases_are_folded_each_with_its_own_count() -> None:
+    from pooling_operator.status.startup import merged, pod_startups
+
+    full = pod_startups([_phased("a", "2026-12-01T10:00:02Z", "2026-12-01T10:00:10Z", "2026-12-01T10:00:40Z", "2026-12-01T10:01:30Z")])
+    sparse = pod_startups([_phased("b", "2026-12-01T10:00:04Z", None, None, "2026-12-01T10:01:00Z")])
+    st = merged(None, full + sparse)
+    assert st is not None and st["samples"] == 2 and st["typicalSeconds"] == 75.0 and st["lastSeconds"] == 60.0
+    assert st["phases"] == {
+        "scheduled": {"lastSeconds": 4.0, "typicalSeconds": 3.0, "samples": 2},
+        "initialized": {"lastSeconds": 10.0, "typicalSeconds": 10.0, "samples": 1},
+        "started": {"lastSeconds": 40.0, "typicalSeconds": 40.0, "samples": 1},
+        "ready": {"lastSeconds": 60.0, "typicalSeconds": 75.0, "samples": 2},
+    }
+    # an old status without phases (written before they existed) gains them; plain numbers add none
+    assert "phases" not in merged({"lastSeconds": 5, "typicalSeconds": 5, "samples": 1}, [7.0])  # type: ignore[operator]
+    again = merged({"lastSeconds": 5, "typicalSeconds": 5, "samples": 1}, sparse)
+    assert again is not None and again["samples"] == 2 and again["phases"]["ready"]["samples"] == 1
 
 
 @pytest.mark.parametrize(("status", "expect"), [

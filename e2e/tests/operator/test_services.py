@@ -415,7 +415,8 @@ def test_time_to_ready(cluster: ControlPlane, operator: OperatorProcess, namespa
 
 def test_startup_is_learned_from_the_pods(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
     """kwok holds each pod 5 s before it turns Ready (the model-loading stand-in): status.startup learns 5 s
-    within one second (the API's timestamps have whole seconds) and the operator's histogram holds each pod."""
+    within one second (the API's timestamps have whole seconds), per phase too, and the operator's histogram
+    holds each pod's every phase."""
     from e2e.standin.exporters import READY_AFTER_ANNOTATION
 
     apply(cluster, svc(namespace, name="slow", spec={"replicas": 2, "template": {"annotations": {READY_AFTER_ANNOTATION: "5s"}}}))
@@ -427,8 +428,17 @@ def test_startup_is_learned_from_the_pods(cluster: ControlPlane, operator: Opera
 
     st = wait_for(learned, timeout=60, what="status.startup with both pods")
     assert abs(st["typicalSeconds"] - 5.0) <= 1.0 and abs(st["lastSeconds"] - 5.0) <= 1.0, st
-    series = f'vllm_pooling_operator_replica_startup_seconds_count{{kind="PoolingService",name="slow",namespace="{namespace}"}}'
-    assert f"{series} 2.0" in operator.metrics()
+    # Per phase, from what the scheduler and kwok record: bound at once, the container started (kwok's pod-ready
+    # stage) only after the 5 s stand-in, Ready with it.
+    phases = st["phases"]
+    assert set(phases) == {"scheduled", "initialized", "started", "ready"}, phases  # the API server sorts the keys
+    assert phases["scheduled"]["typicalSeconds"] <= 1.0 and phases["started"]["typicalSeconds"] >= 4.0, phases
+    assert phases["ready"]["typicalSeconds"] == st["typicalSeconds"] and all(p["samples"] == 2 for p in phases.values())
+    metrics = operator.metrics()
+    for phase in phases:
+        series = (f'vllm_pooling_operator_replica_startup_seconds_count{{kind="PoolingService",name="slow",'
+                  f'namespace="{namespace}",phase="{phase}"}}')
+        assert f"{series} 2.0" in metrics, phase
 
 
 def test_a_child_the_api_server_refuses_becomes_a_condition(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:

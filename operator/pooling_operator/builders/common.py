@@ -17,6 +17,7 @@ from pooling_operator.vllm.workload import Workload
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"  # the device plugin's renamed time-sliced resource (renameByDefault)
+SERVER_CONTAINER = "vllm"  # the container running `vllm serve`, in a service's pods and a job's (as a sidecar)
 GPU_CLAIM = "gpu"  # a DRA share's claim, in the pod's resourceClaims and the container's resources.claims
 
 

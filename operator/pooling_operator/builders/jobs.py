@@ -12,6 +12,7 @@ from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
     POD_SECURITY,
+    SERVER_CONTAINER,
     BuildContext,
     env_var,
     field_env,
@@ -90,7 +91,7 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
     ]
     output_mount = {"name": "output", "mountPath": OUTPUT_MOUNT}
     vllm = {
-        "name": "vllm",
+        "name": SERVER_CONTAINER,
         "image": w.engine.image,
         # A native sidecar: started and probed before the driver, stopped when the driver exits.
         "restartPolicy": "Always",

@@ -19,6 +19,7 @@ from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
     GPU_CLAIM,
     POD_SECURITY,
+    SERVER_CONTAINER,
     BuildContext,
     dra_share,
     health_probes,
@@ -51,7 +52,7 @@ def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
     volumes, mounts = vllm_volumes(w)
     container = {
-        "name": "vllm",
+        "name": SERVER_CONTAINER,
         "image": w.engine.image,
         "command": argv[:2],
         "args": argv[2:],

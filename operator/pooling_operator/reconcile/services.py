@@ -33,12 +33,14 @@ from pooling_operator.status.services import (
     pod_gpus,
     service_status,
 )
-from pooling_operator.status.startup import merged, pod_startups
+from pooling_operator.status.startup import Startup, merged, pod_startups
 
 CATCH_UP_SECONDS = 10.0
 STARTUP = Histogram(
-    "vllm_pooling_operator_replica_startup_seconds", "Seconds from a replica's pod created to Ready.",
-    ["kind", "namespace", "name"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
+    "vllm_pooling_operator_replica_startup_seconds",
+    "Seconds from a replica's pod created to each start-up phase (status/startup.py): scheduled, initialized, "
+    "started (the vLLM container), ready. phase=\"ready\" is the whole start-up.",
+    ["kind", "namespace", "name", "phase"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
 )
 GPUS_HELD = Gauge(
     "vllm_pooling_operator_gpus_held",
@@ -88,7 +90,7 @@ class Services:
         status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
-        startup = merged(old_status.get("startup"), [s for _, s, _ in fresh])
+        startup = merged(old_status.get("startup"), fresh)
         if startup is not None:
             status["startup"] = startup
         # Not written while the Deployment controller catches up: its own status update follows in a moment.
@@ -97,8 +99,9 @@ class Services:
     async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],
                     old_status: dict[str, Any]) -> None:
         meta = body["metadata"]
-        for _, seconds, _ in _fresh_startups(memory, meta["uid"], ctx.cache.pods_of(owner_key(body)), old_status, count=True):
-            STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"]).observe(seconds)
+        for sample in _fresh_startups(memory, meta["uid"], ctx.cache.pods_of(owner_key(body)), old_status, count=True):
+            for phase, seconds in sample.phases.items():
+                STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"], phase).observe(seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
         whole_device = placed_whole(status)
@@ -134,23 +137,23 @@ def forget_metrics(resource: object) -> None:
 
 
 def _fresh_startups(memory: Memory, uid: str, pods: list[dict[str, Any]], old_status: dict[str, Any], *,
-                    count: bool = False) -> list[tuple[str, float, Any]]:
+                    count: bool = False) -> list[Startup]:
     """The start-ups of the service's Ready pods not measured before. The status step finds them (and keeps them
     pending); with `count`, once that status is written, exactly those pending ones are measured. After a
     restart the pods already there were measured by the replica that wrote the status: they are noted, not
     counted again."""
     if count:
         fresh = memory.pending_startups.pop(uid, [])
-        alive = {pod_uid for pod_uid, _, _ in pod_startups(pods)}
-        memory.started[uid] = (memory.started.get(uid, set()) | {f[0] for f in fresh}) & (alive | {f[0] for f in fresh})
+        alive = {p.uid for p in pod_startups(pods)}
+        memory.started[uid] = (memory.started.get(uid, set()) | {f.uid for f in fresh}) & (alive | {f.uid for f in fresh})
         return fresh
     seen = memory.started.get(uid)
     present = pod_startups(pods)
     if seen is None and old_status.get("startup"):
-        memory.started[uid] = {pod_uid for pod_uid, _, _ in present}
+        memory.started[uid] = {p.uid for p in present}
         memory.pending_startups.pop(uid, None)
         return []
-    fresh = [p for p in present if p[0] not in (seen or set())]
+    fresh = [p for p in present if p.uid not in (seen or set())]
     memory.pending_startups[uid] = fresh
     return fresh
 

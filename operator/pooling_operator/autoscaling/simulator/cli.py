@@ -134,7 +134,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             trace = parse_trace(_read_text(args.trace))
         except InputError as exc:
             raise InputError(f"{args.trace}: {exc}") from None
-        params = service_model(args)
+        params = service_model(args, measured_startup(resource))
         setup = setup_for(resource, policy, params, seed=args.seed, scrape_interval=args.scrape_interval,
                           initial_replicas=args.initial_replicas)
         if args.cotenant:
@@ -157,6 +157,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(to_json(results), separators=(",", ":")))
     else:
+        measured = measured_startup(resource)
+        if measured is not None and measured == setup.params.startup_s and args.param_startup_s is None:
+            print(f"start-up {measured:g} s: the service's status.startup.typicalSeconds")
         print(render_text(results, setup.p99_target))
     return EXIT_OK
 
@@ -218,8 +221,16 @@ def cotenants_json(result: NamespaceResult) -> dict[str, Any]:
     }
 
 
-def service_model(args: argparse.Namespace) -> ServiceParams:
-    """The service model: the defaults, then the --service-model file, then the flags given."""
+def measured_startup(resource: PoolingService | ScoringService) -> float | None:
+    """The service's own typical start-up when the file carries its status (`kubectl get -o yaml`)."""
+    startup = resource.status.startup if resource.status is not None else None
+    value = startup.typical_seconds if startup is not None else None
+    return value if value is not None and value > 0 else None
+
+
+def service_model(args: argparse.Namespace, startup_s: float | None = None) -> ServiceParams:
+    """The service model: the defaults, then the --service-model file, then the service's own measured start-up
+    (status.startup.typicalSeconds, when the file has a status), then the flags given."""
     base = ServiceParams()
     if args.service_model:
         try:
@@ -229,6 +240,8 @@ def service_model(args: argparse.Namespace) -> ServiceParams:
             raise InputError(f"{args.service_model}: {str(exc).splitlines()[0]}") from None
         except InputError as exc:
             raise InputError(f"{args.service_model}: {exc}") from None
+    if startup_s is not None:
+        base = dataclasses.replace(base, startup_s=startup_s)
     given = {f.name: getattr(args, f"param_{f.name}") for f in dataclasses.fields(ServiceParams)}
     try:
         return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
