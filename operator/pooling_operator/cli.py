@@ -1,4 +1,5 @@
-"""pooling-operator: validate | render | crds (offline), run (the operator), hidden-states run (the Job driver)."""
+"""pooling-operator: validate | render | crds (offline), run (the operator), hidden-states run (the Job driver),
+model-cache fill (a ModelCache's fill Job)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulat
 from pooling_operator.builders import BuildContext, plan
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
+from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
@@ -219,6 +221,7 @@ def parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_run)
 
     add_hidden_states_parser(sub)
+    add_model_cache_parser(sub)
     add_simulate_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions")
