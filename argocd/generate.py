@@ -73,6 +73,17 @@ CHECKS: dict[str, Check] = {
         rules=(INVALID, Rule("Failed", "True", "Degraded", "Failed"), Rule("Succeeded", "True", "Healthy", "Succeeded")),
         otherwise=("Progressing", "Waiting for the shards"),
     ),
+    "ModelCache": Check(
+        about=(
+            "Argo CD health of a vllm-pooling.io ModelCache: Degraded when the fill failed (Failed=True: its reason",
+            "and message) or the spec breaks a rule (SpecValid=False), Healthy when Ready (a verified snapshot is",
+            "in place), Progressing while it fills or before the operator observed this generation.",
+        ),
+        what="the cache",
+        generations=True,
+        rules=(INVALID, Rule("Failed", "True", "Degraded", "Failed"), Rule("Ready", "True", "Healthy", "Ready")),
+        otherwise=("Progressing", "Filling"),
+    ),
     "AutoscalingPolicy": Check(
         about=(
             "Argo CD health of a vllm-pooling.io AutoscalingPolicy (cluster-scoped): Healthy when Ready (its spec",

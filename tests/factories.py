@@ -85,3 +85,12 @@ def hidden_states(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, 
 
 def policy(spec: dict[str, Any] | None = None, name: str = "default") -> dict[str, Any]:
     return resource("AutoscalingPolicy", merge({"default": True}, spec), name=name, namespace=None)
+
+
+MINILM_SHA = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+
+
+def model_cache(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {"model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": MINILM_SHA},
+            "storage": {"size": "1Gi"}}
+    return resource("ModelCache", merge(base, spec), **{"name": "minilm", **meta})

@@ -13,7 +13,7 @@ import pytest
 from pooling_operator.api import messages as M
 from pooling_operator.api.crd import all_crds
 from pooling_operator.vllm.validate import validate
-from tests.factories import generative, hidden_states, policy, pooling, scoring
+from tests.factories import generative, hidden_states, model_cache, policy, pooling, scoring
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 
@@ -36,6 +36,7 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.BUDGET_NEEDS_HIDDEN_SIZE: hidden_states({"model": {"hints": {"hiddenSize": None}}, "output": {"storageBudget": "1Ti"}}),
     M.LAYERS_ASCENDING: hidden_states({"layers": [18, 3]}),
     M.ALLOWED_BACKENDS_NONEMPTY: policy({"allowedBackends": []}),
+    M.CACHE_STORAGE_EXACTLY_ONE: model_cache({"storage": {"claimName": "c"}}),
     **{message: pooling({"resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3", **gpu}}}) for message, gpu in (
         (M.SHARE_NOT_COUNT, {"count": 1, "share": {"memory": "2Gi", "via": "timeSlicing"}}),
         (M.SHARE_NOT_RESOURCE_NAME, {"resourceName": "nvidia.com/gpu", "share": {"memory": "2Gi", "via": "timeSlicing"}}),

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
-from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
+from pooling_operator.api import AutoscalingPolicy, ModelCache, PoolingService, ScoringService
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
-from pooling_operator.builders import BuildContext, plan
+from pooling_operator.builders import BuildContext, CacheMount, plan
+from pooling_operator.builders.caches import build_cache, claim_name
+from pooling_operator.builders.caches import revision as cache_revision
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
@@ -29,7 +31,7 @@ API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(allow_trust_remote_code=args.allow_trust_remote_code)
+    return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint)
 
 
 SHARE_KINDS = (PoolingService, ScoringService)
@@ -75,6 +77,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     results = _validate_all(args.paths, _settings(args))
     policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy) and r.ok}
+    caches = {(r.resource.metadata.namespace or "default", r.resource.metadata.name): r.resource
+              for _, r in results if isinstance(r.resource, ModelCache) and r.ok}
     status = EXIT_OK
     objects: list[dict[str, Any]] = []
     lines: list[str] = []
@@ -86,8 +90,24 @@ def cmd_render(args: argparse.Namespace) -> int:
         resource = result.resource
         if resource is None or isinstance(resource, AutoscalingPolicy):
             continue
+        if isinstance(resource, ModelCache):
+            objects += [] if args.vllm_args else build_cache(resource, args.operator_image, args.hub_endpoint)
+            continue
         assert result.contract is not None  # a valid resource has a supported version
-        ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies))
+        source = resource.spec.model.source
+        mount = None
+        if source is not None and source.cache is not None:
+            # Offline there is no status: the cache must be rendered with it, and its spec's revision stands in
+            # for the commit it will hold.
+            cache = caches.get((resource.metadata.namespace or "default", source.cache.name))
+            if cache is None:
+                print(f"{file}: {result.kind}/{result.name}: spec.model.source.cache.name: ModelCache "
+                      f"{source.cache.name!r} is not among the files rendered; render them together", file=sys.stderr)
+                status = EXIT_INVALID
+                continue
+            mount = CacheMount(claim_name(cache), cache_revision(cache))
+        ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies),
+                           model_cache=mount)
         p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:
             lines.append(f"{resource.kind}/{resource.metadata.namespace or 'default'}/{resource.metadata.name}:")
@@ -182,6 +202,10 @@ def parser() -> argparse.ArgumentParser:
             action="store_true",
             help="accept model.trustRemoteCode: true, and extraArgs/env that load code not part of vLLM (the operator's setting of the same name)",
         )
+        sp.add_argument(
+            "--hub-endpoint", default=None, metavar="URL",
+            help="the Hugging Face endpoint a ModelCache's fill Job downloads from, e.g. a mirror (default: huggingface.co)",
+        )
 
     v = sub.add_parser("validate", help="validate resources offline; one line per problem")
     v.add_argument("paths", nargs="+", metavar="PATH", help="YAML files or folders (their *.yaml/*.yml, recursively)")
@@ -191,7 +215,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("render", help="print the objects the operator would create")
     r.add_argument("paths", nargs="+", metavar="PATH")
     r.add_argument("--vllm-args", action="store_true", help="print each resource's vLLM command line instead")
-    r.add_argument("--operator-image", default=OPERATOR_IMAGE, help=f"image of the hidden-state driver (default {OPERATOR_IMAGE})")
+    r.add_argument("--operator-image", default=OPERATOR_IMAGE, help=f"image of the hidden-state driver and the ModelCache fill (default {OPERATOR_IMAGE})")
     settings_flags(r)
     r.set_defaults(func=cmd_render)
 
@@ -206,7 +230,7 @@ def parser() -> argparse.ArgumentParser:
         help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
     )
     o.add_argument("--standalone", action="store_true", help="no Lease: act at once (a single replica or local runs)")
-    o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver")
+    o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver and the ModelCache fill")
     o.add_argument(
         "--webhook-port", type=int, default=0,
         help="serve the validating admission webhook over HTTPS on this port (0: off; the Helm chart uses 9443)",

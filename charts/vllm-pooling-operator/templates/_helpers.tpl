@@ -32,10 +32,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 {{- define "vpo.namespacedRules" -}}
 # Our namespaced resources: read them, write only their status.
 - apiGroups: [vllm-pooling.io]
-  resources: [poolingservices, scoringservices, hiddenstatejobs]
+  resources: [poolingservices, scoringservices, hiddenstatejobs, modelcaches]
   verbs: [get, list, watch]
 - apiGroups: [vllm-pooling.io]
-  resources: [poolingservices/status, scoringservices/status, hiddenstatejobs/status]
+  resources: [poolingservices/status, scoringservices/status, hiddenstatejobs/status, modelcaches/status]
   verbs: [get, patch, update]
 # The children it creates, changes and deletes.
 - apiGroups: [apps]
@@ -55,6 +55,10 @@ are read in the release's namespace only (templates/rbac.yaml).
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [batch]
   resources: [jobs]
+  verbs: [get, list, watch, create, patch, update, delete]
+# A ModelCache's claim when it asks for one by size (never an existing claim it names).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, update, delete]
 # A HiddenStateJob's Role lets its pods patch their progress ConfigMap; granting that needs these.
 - apiGroups: [rbac.authorization.k8s.io]

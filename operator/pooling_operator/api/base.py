@@ -121,10 +121,17 @@ class ModelVolume(Spec):
     read_only: bool = Field(default=True, description="Mount the claim read-only. Default true.")
 
 
-class ModelSource(Spec):
-    """Where the weights come from: exactly one of huggingFace or volume. Default: huggingFace, no token."""
+class ModelCacheRef(Spec):
+    """A ModelCache in the resource's namespace."""
 
-    model_config = ConfigDict(json_schema_extra=validations(cel("has(self.huggingFace) != has(self.volume)", M.SOURCE_EXACTLY_ONE)))
+    name: Name = Field(description="Name of the ModelCache, in the resource's namespace.")
+
+
+class ModelSource(Spec):
+    """Where the weights come from: exactly one of huggingFace, volume or cache. Default: huggingFace, no token."""
+
+    model_config = ConfigDict(json_schema_extra=validations(cel(
+        "(has(self.huggingFace) ? 1 : 0) + (has(self.volume) ? 1 : 0) + (has(self.cache) ? 1 : 0) == 1", M.SOURCE_EXACTLY_ONE)))
 
     hugging_face: HuggingFaceSource | None = Field(
         default=None, description="Download from the Hugging Face Hub (the default)."
@@ -132,6 +139,12 @@ class ModelSource(Spec):
     volume: ModelVolume | None = Field(
         default=None,
         description="Load from a PersistentVolumeClaim; HF_HUB_OFFLINE=1 is set so nothing is downloaded.",
+    )
+    cache: ModelCacheRef | None = Field(
+        default=None,
+        description="Load from a ModelCache of this namespace: its claim mounted read-only, the Hub offline, the "
+        "revision it holds. Pods wait (Ready=False, WaitingForModelCache) until it is Ready. model.name must be "
+        "the cache's; a model.revision other than the one it holds is refused.",
     )
 
 

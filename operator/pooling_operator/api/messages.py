@@ -9,7 +9,8 @@ NAME_DNS1035 = (
     "must be a DNS-1035 label of at most 63 characters (lowercase letters, digits and '-', starting with a "
     "letter and ending with a letter or digit), because a Service carries the name"
 )
-SOURCE_EXACTLY_ONE = "exactly one of huggingFace or volume must be set"
+SOURCE_EXACTLY_ONE = "exactly one of huggingFace, volume or cache must be set"
+CACHE_STORAGE_EXACTLY_ONE = "exactly one of claimName or size must be set"
 ENV_SOURCE_EXACTLY_ONE = "exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef must be set"
 MIN_LE_MAX_REPLICAS = "minReplicas must be less than or equal to maxReplicas"
 MIN_REPLICAS_ZERO = (

@@ -1,4 +1,4 @@
-"""The four kinds: metadata, spec and status models, and what their CRDs look like."""
+"""The five kinds: metadata, spec and status models, and what their CRDs look like."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from pooling_operator.api.base import Spec, StatusBase
+from pooling_operator.api.caches import ModelCacheSpec, ModelCacheStatus
 from pooling_operator.api.jobs import HiddenStateJobSpec, HiddenStateJobStatus
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingPolicyStatus
 from pooling_operator.api.services import (
@@ -65,7 +66,11 @@ class AutoscalingPolicy(Resource[AutoscalingPolicySpec, AutoscalingPolicyStatus]
     kind: Literal["AutoscalingPolicy"] = "AutoscalingPolicy"
 
 
-AnyResource = PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy
+class ModelCache(Resource[ModelCacheSpec, ModelCacheStatus]):
+    kind: Literal["ModelCache"] = "ModelCache"
+
+
+AnyResource = PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy | ModelCache
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 
@@ -160,6 +165,26 @@ KINDS: dict[str, KindInfo] = {
                 _col("Storage", ".status.storage.estimate", description="Projected size of the output.", priority=1),
                 _col("Budget", ".status.storage.budget", description="output.storageBudget.", priority=1),
                 _col("Succeeded", '.status.conditions[?(@.type=="Succeeded")].status', description="Finished."),
+                AGE,
+            ),
+            scale=False,
+        ),
+        KindInfo(
+            kind="ModelCache",
+            plural="modelcaches",
+            short_name="mc",
+            namespaced=True,
+            model=ModelCache,
+            description="One model revision filled once into a volume in the Hugging Face hub-cache layout, "
+            "verified against the Hub's listing; services and jobs mount it read-only (model.source.cache).",
+            columns=(
+                MODEL,
+                _col("Ready", READY, description="Ready condition."),
+                _col("Reason", '.status.conditions[?(@.type=="Ready")].reason', description="Why Ready is what it is."),
+                _col("Revision", ".status.revision", description="The commit filled."),
+                _col("Bytes", ".status.bytes", "integer", "Bytes of the snapshot."),
+                _col("Files", ".status.files", "integer", "Files of the snapshot.", priority=1),
+                _col("Claim", ".status.claimName", description="The claim services mount.", priority=1),
                 AGE,
             ),
             scale=False,

@@ -8,10 +8,11 @@ from typing import Any
 
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
 from pooling_operator.api.base import TemplateSpec
+from pooling_operator.api.cache_fill_contract import HUB_FOLDER
 from pooling_operator.api.gpu import DEFAULT_GPU_RESOURCE, GpuShareSpec, ResourcesSpec
 from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import AutoscalingPolicySpec
-from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_MOUNT
+from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.workload import Workload
 
@@ -22,11 +23,22 @@ GPU_CLAIM = "gpu"  # a DRA share's claim, in the pod's resourceClaims and the co
 
 
 @dataclass(frozen=True)
+class CacheMount:
+    """A Ready ModelCache as the pods of a service or job that use it see it: its claim (mounted read-only) and
+    the commit its snapshot holds (passed as --revision; the Hub is offline)."""
+
+    claim_name: str
+    revision: str
+
+
+@dataclass(frozen=True)
 class BuildContext:
-    """What builders need beyond the resource: the operator's image and the resolved policy."""
+    """What builders need beyond the resource: the operator's image, the resolved policy, and the ModelCache
+    it mounts (model.source.cache) once that is Ready."""
 
     operator_image: str = OPERATOR_IMAGE
     policy: AutoscalingPolicySpec | None = None
+    model_cache: CacheMount | None = None
 
 
 def metadata(w: Workload, name: str, uid: str | None, *, kind: str | None = None) -> dict[str, Any]:
@@ -76,8 +88,10 @@ def vllm_env(w: Workload, api_key: tuple[str, str] | None = None) -> list[dict[s
         env_var("DO_NOT_TRACK", "1"),
         env_var("VLLM_ENGINE_READY_TIMEOUT_S", str(w.engine.startup_timeout_seconds)),
     ]
-    if source is not None and source.volume is not None:
+    if source is not None and (source.volume is not None or source.cache is not None):
         env.append(env_var("HF_HUB_OFFLINE", "1"))
+    if source is not None and source.cache is not None:
+        env.append(env_var("HF_HUB_CACHE", f"{MODEL_CACHE_MOUNT}/{HUB_FOLDER}"))  # the cache's hub layout, read-only
     token = source.hugging_face.token_secret_ref if source and source.hugging_face else None
     if token is not None:
         env.append(secret_env("HF_TOKEN", token.name, token.key))
@@ -193,8 +207,9 @@ def health_probes(port: str | int, startup_seconds: int) -> dict[str, Any]:
     }
 
 
-def vllm_volumes(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts): /dev/shm in memory, a cache folder, and the model claim when the source is a volume."""
+def vllm_volumes(w: Workload, model_cache: CacheMount | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): /dev/shm in memory, a cache folder, and the model claim when the source is a volume,
+    or the ModelCache's claim, read-only, when it is a cache."""
     tp = w.engine.tensor_parallel_size or 1
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi" if tp > 1 else "2Gi"}},
@@ -210,6 +225,9 @@ def vllm_volumes(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             {"name": "model", "persistentVolumeClaim": {"claimName": source.volume.claim_name, "readOnly": source.volume.read_only}}
         )
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": source.volume.read_only})
+    if source is not None and source.cache is not None and model_cache is not None:
+        volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache.claim_name, "readOnly": True}})
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True})
     return volumes, mounts
 
 

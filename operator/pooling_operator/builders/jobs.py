@@ -84,7 +84,7 @@ def driver_args(resource: HiddenStateJob, w: Workload, argv: list[str]) -> list[
 
 def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
     spec = resource.spec
-    volumes, mounts = vllm_volumes(w)
+    volumes, mounts = vllm_volumes(w, ctx.model_cache)
     volumes += [
         {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
         {"name": "output", "persistentVolumeClaim": {"claimName": spec.output.volume.claim_name}},

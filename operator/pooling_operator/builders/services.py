@@ -21,6 +21,7 @@ from pooling_operator.builders.common import (
     POD_SECURITY,
     SERVER_CONTAINER,
     BuildContext,
+    CacheMount,
     dra_share,
     health_probes,
     metadata,
@@ -46,11 +47,11 @@ TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
 DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
-def deployment(resource: Service, w: Workload, argv: list[str]) -> dict[str, Any]:
+def deployment(resource: Service, w: Workload, argv: list[str], model_cache: CacheMount | None = None) -> dict[str, Any]:
     spec = resource.spec
     port = spec.service.port
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
-    volumes, mounts = vllm_volumes(w)
+    volumes, mounts = vllm_volumes(w, model_cache)
     container = {
         "name": SERVER_CONTAINER,
         "image": w.engine.image,
@@ -261,7 +262,7 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     """Every child of a service, each a function of the resource, its one workload view and its vLLM command
     line (builders.plan resolves both once)."""
     spec = resource.spec
-    objects = [deployment(resource, w, argv), service(resource, w), pod_disruption_budget(resource, w)]
+    objects = [deployment(resource, w, argv, ctx.model_cache), service(resource, w), pod_disruption_budget(resource, w)]
     share = dra_share(spec.resources)
     if share is not None and share.device_class_name:
         objects.insert(0, resource_claim_template(resource, w, share.device_class_name, str(share.memory)))  # before the pods that name it

@@ -13,7 +13,7 @@ import kopf
 from pooling_operator import GROUP, VERSION
 from pooling_operator.vllm.validate import admission_verdict
 
-VALIDATED = ("poolingservices", "scoringservices", "hiddenstatejobs", "autoscalingpolicies")
+VALIDATED = ("poolingservices", "scoringservices", "hiddenstatejobs", "modelcaches", "autoscalingpolicies")
 WEBHOOK_PATHS = {plural: f"/validate-{plural}" for plural in VALIDATED}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from pooling_operator.api.identity import COMPONENT_KINDS
 from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS
 
-OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService or HiddenStateJob
+OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
 REPLICAS_OWNER = "vllm-pooling.io/replicas-managers"  # our projection of managedFields: who set spec.replicas
 WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten after this
@@ -140,6 +140,17 @@ class Cache:
 
     def owner_keys(self) -> list[OwnerKey]:
         return list(self.owners.keys())
+
+    def using_cache(self, namespace: str, name: str) -> list[OwnerKey]:
+        """The services and jobs of `namespace` whose model.source.cache names the ModelCache `name`."""
+        out = []
+        for key in self.owner_keys():
+            if key[1] != namespace or key[0] == "ModelCache":
+                continue
+            source = (((self.owner(key) or {}).get("spec") or {}).get("model") or {}).get("source")
+            if isinstance(source, dict) and isinstance(source.get("cache"), dict) and source["cache"].get("name") == name:
+                out.append(key)
+        return out
 
     def children_of(self, key: OwnerKey, kinds: Iterable[str], uid: str) -> dict[tuple[str, str], dict[str, Any]]:
         """The children of the owner with this uid, by (kind, name): controlled by it, as watched or as written."""

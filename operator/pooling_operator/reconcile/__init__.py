@@ -1,4 +1,4 @@
-"""The reconcile: one module per kind (services, jobs, policies), one flow (reconcile/flow.py), chosen from one
+"""The reconcile: one module per kind (services, jobs, caches, policies), one flow (reconcile/flow.py), chosen from one
 table. A reconcile reads nothing from the API server (but a Namespace's labels when a policy selects namespaces,
 and a Job's refusal events while it has no pod): everything comes from the watch-fed cache (`k8s/cache.py`);
 writes happen only where observed differs from desired, and what was validated and planned is kept per
@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from pooling_operator.k8s.api import ApiError
+from pooling_operator.reconcile.caches import CACHES
 from pooling_operator.reconcile.context import (
     DURATION,
     RECONCILES,
@@ -33,7 +34,8 @@ __all__ = ["RECONCILERS", "Context", "Events", "Gone", "InvalidSpec", "Kind", "M
            "Tracker", "policy_counts"]
 
 # The kinds the operator reconciles, and whose part of the flow each one is.
-RECONCILERS: dict[str, Kind] = {"PoolingService": SERVICES, "ScoringService": SERVICES, "HiddenStateJob": JOBS}
+RECONCILERS: dict[str, Kind] = {"PoolingService": SERVICES, "ScoringService": SERVICES, "HiddenStateJob": JOBS,
+                                "ModelCache": CACHES}
 
 
 class Reconciles:

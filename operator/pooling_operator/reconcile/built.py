@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator import OPERATOR_IMAGE
+from pooling_operator.api import HiddenStateJob, ModelCache, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.builders import BuildContext, plan
+from pooling_operator.builders import BuildContext, CacheMount, plan
+from pooling_operator.builders.caches import build_cache
 from pooling_operator.builders.diff import with_hash
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Built, Memory
@@ -22,12 +24,14 @@ from pooling_operator.vllm.validate import validate
 def built(
     memory: Memory, settings: Settings, operator_image: str | None,
     body: dict[str, Any], policies: PolicySet, labels: dict[str, str] | None,
+    model_cache: CacheMount | None = None,
 ) -> Built:
-    """Validate and plan once per spec (generation), labels, annotations, policies and namespace labels;
-    `memory` holds the last result per uid."""
+    """Validate and plan once per spec (generation), labels, annotations, policies, namespace labels and the
+    ModelCache mounted (its claim and commit); `memory` holds the last result per uid."""
     meta = body["metadata"]
     key = (meta.get("generation"), meta.get("resourceVersion") if not meta.get("generation") else None,
-           tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
+           tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())),
+           model_cache)
     known = memory.built.get(meta["uid"])
     if known is not None and known.fits(key, policies, labels):
         return known
@@ -40,7 +44,10 @@ def built(
                       None if names_invalid else dict(policies.valid), labels)
     resource = result.resource
     out = Built(key, policies, labels, resource, result.errors)  # type: ignore[arg-type]
-    if not result.errors and resource is not None:
+    if not result.errors and isinstance(resource, ModelCache):
+        objects = build_cache(resource, operator_image or OPERATOR_IMAGE, settings.hub_endpoint)
+        out = Built(key, policies, labels, resource, [], desired=[with_hash(o) for o in objects])
+    elif not result.errors and resource is not None:
         assert isinstance(resource, PoolingService | ScoringService | HiddenStateJob) and result.contract is not None
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
@@ -51,7 +58,7 @@ def built(
                 policy_problems, reason = [broken], C.POLICY_INVALID
             else:
                 policy, policy_problems = _policy(resource, policies.valid, labels)
-        ctx = BuildContext(policy=policy, **({"operator_image": operator_image} if operator_image else {}))
+        ctx = BuildContext(policy=policy, model_cache=model_cache, **({"operator_image": operator_image} if operator_image else {}))
         p = plan(resource, result.contract, ctx, result.workload) if not policy_problems else None
         desired = [with_hash(o) for o in p.objects] if p is not None else []
         out = Built(key, policies, labels, resource, [], policy, policy_problems, reason, p, desired)

@@ -20,6 +20,7 @@ from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.reconcile.writes import ChildRefused, converge, write_status
 from pooling_operator.status import conditions as C
+from pooling_operator.status.caches import waiting_status
 from pooling_operator.status.services import invalid_status, kept_children
 
 Children = dict[tuple[str, str], dict[str, Any]]
@@ -32,6 +33,7 @@ class Desired:
     built: Built
     problems: list[Problem] = field(default_factory=list)
     reason: str = C.INVALID_SPEC
+    waiting: str | None = None  # why no child can be built yet (a ModelCache not Ready): what runs is kept
 
     @property
     def objects(self) -> list[dict[str, Any]]:
@@ -67,6 +69,10 @@ async def run(kind: Kind, ctx: Context, memory: Memory, policies: PolicySet, bod
         await refuse(ctx, body, old_status, desired.problems, desired.reason, observed)
         await kind.refused(ctx, body)
         raise InvalidSpec(desired.problems)
+    if desired.waiting is not None:
+        status = waiting_status(meta.get("generation"), desired.waiting, observed, old_status)
+        await write_status(ctx, body, old_status, status)
+        return status  # queued again when the cache changes (runtime/core.py)
     try:
         current = await converge(ctx, memory, body, desired.objects, observed)
     except ChildRefused as exc:

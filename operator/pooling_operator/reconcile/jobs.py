@@ -10,6 +10,7 @@ from pooling_operator.api import HiddenStateJob
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
+from pooling_operator.reconcile.caches import cache_desired, mounted_cache
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
@@ -24,8 +25,11 @@ class Jobs:
     children = CHILDREN
 
     async def desired(self, ctx: Context, memory: Memory, policies: PolicySet, body: dict[str, Any]) -> Desired:
-        b = built(memory, ctx.settings, ctx.operator_image, body, NO_POLICIES, None)
-        return Desired(b, b.problems if b.problems or b.resource is None else [])
+        cache, mount = mounted_cache(ctx, body)
+        b = built(memory, ctx.settings, ctx.operator_image, body, NO_POLICIES, None, mount)
+        if b.problems or b.resource is None:
+            return Desired(b, b.problems)
+        return cache_desired(b, cache, mount) or Desired(b)
 
     async def refused(self, ctx: Context, body: dict[str, Any]) -> None:
         return None

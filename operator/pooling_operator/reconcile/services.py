@@ -20,6 +20,7 @@ from pooling_operator.api.problems import Problem
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
+from pooling_operator.reconcile.caches import cache_desired, mounted_cache
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
@@ -63,9 +64,13 @@ class Services:
         # The policy index is the cluster's whole truth here: a policyRef to a missing policy is an error. The
         # namespace's labels decide which policies apply (namespaceSelector), for the rules and the autoscaler alike.
         labels = await _namespace_labels(ctx, meta.get("namespace"), policies)
-        b = built(memory, ctx.settings, ctx.operator_image, body, policies, labels)
+        cache, mount = mounted_cache(ctx, body)
+        b = built(memory, ctx.settings, ctx.operator_image, body, policies, labels, mount)
         if b.problems or b.resource is None:
             return Desired(b, b.problems, C.INVALID_SPEC)
+        waiting = cache_desired(b, cache, mount)
+        if waiting is not None:
+            return waiting
         if isinstance(b.resource, PoolingService):
             space = _embedding_space_problems(b.resource, body.get("status") or {})
             if space:

@@ -129,7 +129,7 @@ class Runtime:
         self._background(self._first_pass())
 
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
-        """A PoolingService, ScoringService or HiddenStateJob was listed, changed or went away."""
+        """A PoolingService, ScoringService, HiddenStateJob or ModelCache was listed, changed or went away."""
         key = owner_key(body)
         self.ctx.cache.observed(body, deleted=deleted)
         if deleted:
@@ -139,6 +139,10 @@ class Runtime:
             self._add(key, first=not self.reconciles.knows(body["metadata"].get("uid") or ""))  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
             self._recount_policies()
+        if key[0] == "ModelCache":
+            for dependent in self.ctx.cache.using_cache(key[1], key[2]):  # they wait for it, or mount what it holds
+                self._settled.discard(dependent)
+                self._add(dependent)
 
     def on_child(self, body: dict[str, Any], deleted: bool) -> None:
         """A child (or a pod of one) was listed, changed or went away: its owner is reconciled."""

@@ -78,6 +78,14 @@ DATASET_UNREADABLE = "DatasetUnreadable"  # Failed True
 OUTPUT_VOLUME_FULL = "OutputVolumeFull"  # Failed True
 SHARD_FAILED = "ShardFailed"  # Failed True
 
+# ModelCache (its Failed reasons are the fill's: api/cache_fill_contract.py REASONS)
+FILLED = "Filled"  # Ready True: a verified snapshot is in place
+NOT_FILLED = "NotFilled"  # Ready False: no snapshot yet (filling, or the fill failed)
+FILLING = "Filling"  # Progressing True: the fill Job runs
+UP_TO_DATE = "UpToDate"  # Progressing False: the snapshot is the spec's revision
+# A service or job using a ModelCache
+WAITING_FOR_MODEL_CACHE = "WaitingForModelCache"  # Ready False: the cache is missing or not yet filled
+
 # Conditions whose True (or False) is bad news: their flips become Warning events.
 _BAD_WHEN_TRUE = (DEGRADED, FAILED, SCALING_LIMITED)
 _BAD_WHEN_FALSE = (SPEC_VALID, READY, METRICS_AVAILABLE)

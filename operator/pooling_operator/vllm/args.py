@@ -16,6 +16,7 @@ from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
 from pooling_operator.vllm.workload import Workload, Workloadable, workload
 
 MODEL_MOUNT = "/models"
+MODEL_CACHE_MOUNT = "/model-cache"  # a ModelCache's claim, read-only (its hub cache under hub/)
 CACHE_MOUNT = "/cache"  # the pod's scratch folder: HOME, the Hugging Face and vLLM caches
 DEFAULT_PORT = 8000
 
@@ -104,7 +105,7 @@ def vllm_command(
     # 0.0.0.0 also for a job's sidecar: the kubelet probes the pod IP, not loopback (no Service exposes it).
     argv += ["--host", "0.0.0.0", "--port", str(port or DEFAULT_PORT)]
     source = w.model.source
-    if w.model.revision and (source is None or source.hugging_face is not None):
+    if w.model.revision and (source is None or source.volume is None):  # the Hub, or a ModelCache's snapshot
         argv += ["--revision", w.model.revision]
     if w.model.trust_remote_code:
         argv += ["--trust-remote-code"]

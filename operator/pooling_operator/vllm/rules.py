@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, ModelCache, PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
@@ -39,7 +39,7 @@ from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
 from pooling_operator.vllm.model_rules import matryoshka_bound, remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.share_rules import share_problems
-from pooling_operator.vllm.storage_rules import load_format_problems, source_problems
+from pooling_operator.vllm.storage_rules import cache_problems, load_format_problems, source_problems
 from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
@@ -47,9 +47,10 @@ __all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
 
 @dataclass(frozen=True)
 class Settings:
-    """Operator-wide settings that validation depends on."""
+    """Operator-wide settings that validation and building depend on."""
 
     allow_trust_remote_code: bool = False
+    hub_endpoint: str | None = None  # the Hugging Face endpoint a ModelCache's fill uses (a mirror); None: the Hub
 
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # VLLM_API_KEY: refused in any form (vllm/confinement.py)
@@ -152,7 +153,7 @@ class Judgement:
 
 
 def judge(
-    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
+    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy | ModelCache,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,
@@ -162,6 +163,8 @@ def judge(
     resolves them."""
     if isinstance(resource, AutoscalingPolicy):
         return Judgement(sorted(policy_problems(resource)))
+    if isinstance(resource, ModelCache):
+        return Judgement(sorted(cache_problems(resource), key=lambda p: (p.severity != "error", p.path, p.message)))
     w = workload(resource)
     version, _ = resolve_version(w.engine.version, w.engine.image)
     c = contract(version) if version else None

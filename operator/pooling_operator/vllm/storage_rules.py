@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
+from pooling_operator.api import ModelCache
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.contract import LOAD_FORMAT_NOTES, LOAD_FORMAT_PACKAGES, LOAD_FORMATS
@@ -18,7 +19,7 @@ def source_problems(w: Workload) -> Iterator[Problem]:
     """Exactly one source, and a revision pinned where one applies."""
     model = w.model
     source = model.source
-    if source is not None and (source.hugging_face is None) == (source.volume is None):
+    if source is not None and [source.hugging_face, source.volume, source.cache].count(None) != 2:
         yield Problem("spec.model.source", M.SOURCE_EXACTLY_ONE)
     from_hub = source is None or source.hugging_face is not None
     if from_hub and not model.revision:
@@ -28,8 +29,41 @@ def source_problems(w: Workload) -> Iterator[Problem]:
             "set a commit sha",
             "warning",
         )
-    if not from_hub and model.revision:
-        yield Problem("spec.model.revision", "a revision applies only to huggingFace sources; remove it for a volume")
+    if source is not None and source.volume is not None and model.revision:
+        yield Problem("spec.model.revision", "a revision applies only to huggingFace and cache sources; remove it for a volume")
+
+
+def cache_problems(resource: ModelCache) -> Iterator[Problem]:
+    """A ModelCache's own rules (the schema and CEL hold the rest)."""
+    spec = resource.spec
+    if (spec.storage.claim_name is None) == (spec.storage.size is None):
+        yield Problem("spec.storage", M.CACHE_STORAGE_EXACTLY_ONE)
+    if spec.storage.claim_name is not None and spec.storage.storage_class_name is not None:
+        yield Problem("spec.storage.storageClassName", "applies only to a claim the operator creates (storage.size); "
+                                                        "remove it, or set size instead of claimName")
+    if not spec.model.revision:
+        yield Problem("spec.model.revision", "no revision pinned: the fill takes what the main branch holds then, and "
+                                             "a later refill may hold other weights; set a commit sha", "warning")
+
+
+def cache_source_problems(w: Workload, cache: ModelCache | None) -> Iterator[Problem]:
+    """A service or job using `model.source.cache`, against the ModelCache it names (None: not there). The
+    reconcile knows the cache; `validate` offline checks what is in the same files."""
+    source = w.model.source
+    if source is None or source.cache is None:
+        return
+    name = source.cache.name
+    if cache is None:
+        return  # a wait, not an error: the cache may be created after the service (status says so)
+    if cache.spec.model.name != w.model.name:
+        yield Problem("spec.model.name", f"{w.model.name!r} is not the model ModelCache {name!r} holds "
+                                         f"({cache.spec.model.name!r}); set model.name to it or name another cache")
+    held = cache.status.revision if cache.status is not None else None
+    wanted = w.model.revision
+    if wanted and wanted not in {cache.spec.model.revision, held} - {None}:
+        holds = held or cache.spec.model.revision or "main"
+        yield Problem("spec.model.revision", f"{wanted!r} is not the revision ModelCache {name!r} holds ({holds!r}); "
+                                             "remove model.revision to serve what the cache holds, or change the cache's")
 
 
 def load_format_problems(w: Workload, version: str | None) -> Iterator[Problem]:
