@@ -72,6 +72,8 @@ class ContainerRun:
         p = self.plan
         argv = podspec.in_mount_namespace(p.argv, p.fixed_mounts) if self.worker.runner.mount_namespaces else p.argv
         self.worker.dir.mkdir(parents=True, exist_ok=True)
+        if p.termination_log is not None:
+            p.termination_log.unlink(missing_ok=True)  # each start writes its own, as a kubelet gives it a fresh file
         with open(self.log_path, "ab") as logf:
             logf.write(f"\n==> {now_iso()} {' '.join(p.argv)}\n".encode())
             logf.flush()
@@ -110,7 +112,19 @@ class ContainerRun:
     def _terminated(self, code: int, reason: str) -> None:
         code = 128 - code if code < 0 else code  # killed by signal N: the runtime reports 128 + N, as a shell does
         self.state, self.exit_code, self.ready = "exited", code, False
-        self.last_state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": self.started_at, "finishedAt": now_iso()}}
+        terminated: dict[str, Any] = {"exitCode": code, "reason": reason, "startedAt": self.started_at, "finishedAt": now_iso()}
+        message = self._termination_message()
+        if message:
+            terminated["message"] = message
+        self.last_state = {"terminated": terminated}
+
+    def _termination_message(self) -> str:
+        """What the container wrote to its terminationMessagePath (a kubelet keeps the first 4096 bytes)."""
+        path = self.plan.termination_log
+        try:
+            return path.read_bytes()[: podspec.TERMINATION_MESSAGE_LIMIT].decode(errors="replace") if path else ""
+        except OSError:
+            return ""
 
     def tick(self, now: float) -> None:
         """Poll the process and run the probes that are due (startup first, then readiness and liveness)."""
@@ -181,6 +195,7 @@ class ContainerRun:
             "rewrites": p.rewrites,
             "envAdded": p.env_added,
             "fixedMounts": [[str(f), path] for f, path in p.fixed_mounts],
+            "terminationLog": str(p.termination_log) if p.termination_log else None,
             "hubLayout": [[str(h), r, str(f), rev] for h, r, f, rev in p.hub_layout],
             "mounts": {k: str(v) for k, v in p.mounts.items()},
             "log": str(self.log_path),

@@ -31,7 +31,13 @@ namespace. The runner has neither, so it maps, and reports every mapping:
   supplies (PATH to the runtime, and the offline switches); the container's own names win.
 - **a Hugging Face model** named in argv (``vllm serve ORG/NAME``) that the runner has prepared is laid out
   as a hub cache inside the pod's own ``HF_HUB_CACHE`` (or ``$HF_HOME/hub``) at the revision ``--revision`` pins
-  (else the prepared one), as an image with a pre-filled cache would have it; the argv is not touched.
+  (else the prepared one), as an image with a pre-filled cache would have it; the argv is not touched. Never
+  on a claim: a hub cache on a persistentVolumeClaim (a ModelCache's) holds what was written there, nothing
+  more.
+- **the termination message**: the container's ``terminationMessagePath`` (default ``/dev/termination-log``)
+  is a file in the pod's folder, its path rewritten in argv and env like a mount's; when the container exits
+  its first 4096 bytes become ``state.terminated.message``, as a kubelet reports them
+  (``terminationMessagePolicy: File``).
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class LocalContainer:
     kind: str = "main"  # main | init | sidecar (an init container with restartPolicy: Always)
     image: str = ""
     fixed_mounts: list[tuple[Path, str]] = field(default_factory=list)  # (local folder, path it must appear at)
+    termination_log: Path | None = None  # the local file of terminationMessagePath
 
 
 @dataclass
@@ -349,6 +356,11 @@ def plan(
         mounts[m["mountPath"]] = volumes[m["name"]] / m.get("subPath", "")
     env = container_env(container, pod, lookup, pod_ip)
     rewrites: list[str] = []
+    # The termination message file: mapped like a mount of one file (map_path maps the path itself).
+    message_path = str(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH)
+    termination_log = pod_dir / f"{container_name}.termination-log"
+    claim_paths = [m["mountPath"] for m in container.get("volumeMounts") or [] if m["name"] in _claim_volumes(pod)]
+    mounts_and_log = {**mounts, message_path: termination_log}
 
     argv_in = [expand(a, env) for a in (container.get("command") or [])] + [
         expand(a, env) for a in (container.get("args") or [])
@@ -364,7 +376,7 @@ def plan(
     for i, a in enumerate(argv_in):
         where = f"command[{i}]" if i < ncmd else f"args[{i - ncmd}]"
         new = a
-        mapped = _map_value(a, mounts)
+        mapped = _map_value(a, mounts_and_log)
         if i == 0 and ncmd and bin_dir is not None and "/" not in a:
             new = str(bin_dir / a)
         elif mapped is not None:
@@ -379,8 +391,9 @@ def plan(
             rewrites.append(f"{where}: {a} -> {new}" + (f" (image {image})" if i == 0 and bin_dir is not None else ""))
         argv.append(new)
 
+    original_hub = env.get("HF_HUB_CACHE")
     for name, value in list(env.items()):
-        mapped = _map_value(value, mounts)
+        mapped = _map_value(value, mounts_and_log)
         new = mapped if mapped is not None else _loopback(value, shared)
         if new != value:
             rewrites.append(f"env {name}: {value} -> {new}")
@@ -397,7 +410,10 @@ def plan(
 
     layout: list[tuple[Path, str, Path, str]] = []
     model = _positional_model(argv)
-    if model in hub_models:
+    on_claim = original_hub is not None and map_path(original_hub, {p: Path(p) for p in claim_paths}) is not None
+    if on_claim:
+        rewrites.append(f"hub cache {original_hub}: on a claim, not laid out (it holds what was written there)")
+    if model in hub_models and not on_claim:
         folder, prepared_rev = hub_models[model]
         revision = _flag_value(argv, "--revision") or prepared_rev
         hub = full_env.get("HF_HUB_CACHE") or (
@@ -425,7 +441,16 @@ def plan(
         kind=kind,
         image=image,
         fixed_mounts=fixed,
+        termination_log=termination_log,
     )
+
+
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_LIMIT = 4096  # what a kubelet keeps of it
+
+
+def _claim_volumes(pod: Mapping[str, Any]) -> set[str]:
+    return {v["name"] for v in pod.get("spec", {}).get("volumes") or [] if "persistentVolumeClaim" in v}
 
 
 def plan_pod(pod: Mapping[str, Any], **kw: Any) -> PodPlan:

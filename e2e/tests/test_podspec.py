@@ -289,3 +289,45 @@ def test_program_env_and_overrides_reach_only_that_program(tmp_path: Path) -> No
     assert vllm.env["VLLM_CACHE_ROOT"] == "/run/cache"
     assert f"env VLLM_CACHE_ROOT: {tmp_path}/pod/volumes/cache/vllm -> /run/cache (machine override)" in vllm.rewrites
     assert "PYTHONPATH" not in driver.env and driver.env.get("VLLM_CACHE_ROOT") != "/run/cache"
+
+
+CACHED = """\
+apiVersion: vllm-pooling.io/v1alpha1
+kind: ModelCache
+metadata: {name: minilm, namespace: real}
+spec:
+  model: {name: sentence-transformers/all-MiniLM-L6-v2, revision: c9745ed1d9f207416be6d2e6f8de32d1f16199bf}
+  storage: {claimName: data}
+---
+apiVersion: vllm-pooling.io/v1alpha1
+kind: PoolingService
+metadata: {name: minilm, namespace: real}
+spec:
+  model: {name: sentence-transformers/all-MiniLM-L6-v2, source: {cache: {name: minilm}}}
+  task: embed
+  engine: {image: "vllm/vllm-openai:v0.32.0", dtype: float32, maxModelLen: 256}
+  resources: {gpu: {count: 0}, cpu: "1", memory: 4Gi}
+"""
+
+
+def test_a_hub_cache_on_a_claim_is_never_laid_out(tmp_path: Path) -> None:
+    """A ModelCache's claim holds what its fill wrote: the runner adds nothing, even for a model it prepared."""
+    pod = _pod(tmp_path, CACHED)
+    folder = tmp_path / "prepared"
+    folder.mkdir()
+    p = _plan(pod, tmp_path, claims={"data": tmp_path / "data"},
+              hub_models={"sentence-transformers/all-MiniLM-L6-v2": (folder, "b" * 40)})
+    assert p.hub_layout == []
+    assert p.env["HF_HUB_CACHE"] == str(tmp_path / "data" / "hub") and p.env["HF_HUB_OFFLINE"] == "1"
+    assert any("on a claim, not laid out" in r for r in p.rewrites)
+
+
+def test_the_termination_message_path_is_a_file_of_the_pod(tmp_path: Path) -> None:
+    tmpl = _template(tmp_path, CACHED, "Job")
+    pod = {"metadata": {**tmpl["metadata"], "name": "minilm-fill-x", "namespace": "real", "uid": "u-2"}, "spec": tmpl["spec"]}
+    ports = iter(range(40000, 40100))
+    p = podspec.plan(pod, "fill", pod_dir=tmp_path / "pod", claims={"data": tmp_path / "data"}, hub_models={},
+                     base_env={"PATH": "/rt/bin"}, lookup=lambda *_: None, free_port=lambda: next(ports), pod_ip="10.0.0.9")
+    assert p.termination_log == tmp_path / "pod" / "fill.termination-log"
+    assert p.argv[p.argv.index("--result") + 1] == str(p.termination_log)
+    assert p.argv[p.argv.index("--claim") + 1] == str(tmp_path / "data")

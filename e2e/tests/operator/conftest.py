@@ -9,16 +9,26 @@ import pytest
 
 from e2e.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
+from e2e.standin.hub import Hub
 
 AUTOSCALE_SECONDS = 2.0  # the autoscaler's decision period in these tests (15 s in production)
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: ControlPlane, crds: list[str]) -> Iterator[OperatorProcess]:
+def hub() -> Iterator[Hub]:
+    """The Hugging Face Hub stand-in on loopback (e2e/standin/hub.py) the operator's ModelCache fills use
+    (--hub-endpoint); a test puts the repositories it needs in ``hub.repos``."""
+    with Hub({}) as h:
+        yield h
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: ControlPlane, crds: list[str], hub: Hub) -> Iterator[OperatorProcess]:
     """The operator under test runs with deploy/rbac.yaml's permissions only, so every operator-tier test
     also proves that RBAC is enough."""
     proc = OperatorProcess(
-        cluster, kubeconfig=least_privilege_kubeconfig(cluster), standalone=False, lease_namespace="vllm-pooling-operator"
+        cluster, kubeconfig=least_privilege_kubeconfig(cluster), standalone=False, lease_namespace="vllm-pooling-operator",
+        extra=["--hub-endpoint", hub.url],
     )
     proc.env["VPO_AUTOSCALE_SECONDS"] = str(AUTOSCALE_SECONDS)
     proc.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import HfRepo, Name, Quantity, SecretKeyRef, Spec, StatusBase
+from pooling_operator.api.base import HfRepo, Name, Quantity, SecretKeyRef, Spec, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
 
 
@@ -54,6 +54,11 @@ class ModelCacheSpec(Spec):
 
     model: CachedModel = Field(description=CachedModel.__doc__)
     storage: CacheStorage = Field(description=CacheStorage.__doc__)
+    template: TemplateSpec | None = Field(
+        default=None,
+        description="Where the fill Job's pod runs (nodeSelector, tolerations, affinity, priorityClassName) and "
+        "its extra labels and annotations: near the storage, on CPU nodes.",
+    )
 
 
 class ModelCacheStatus(StatusBase):

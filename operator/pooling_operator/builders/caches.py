@@ -16,7 +16,7 @@ from pooling_operator import API_VERSION
 from pooling_operator.api import ModelCache
 from pooling_operator.api import cache_fill_contract as F
 from pooling_operator.api.identity import labels
-from pooling_operator.builders.common import CONTAINER_SECURITY, POD_SECURITY, env_var, secret_env
+from pooling_operator.builders.common import CONTAINER_SECURITY, POD_SECURITY, env_var, placement, secret_env
 
 CLAIM_MOUNT = "/claim"  # where the fill Job mounts the claim
 KIND = "ModelCache"
@@ -44,6 +44,15 @@ def _metadata(resource: ModelCache, name: str) -> dict[str, Any]:
     if resource.metadata.uid:
         meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": resource.metadata.name,
                                     "uid": resource.metadata.uid, "controller": True, "blockOwnerDeletion": True}]
+    return meta
+
+
+def _pod_metadata(resource: ModelCache) -> dict[str, Any]:
+    """The user's labels first, ours over them; the user's annotations."""
+    t = resource.spec.template
+    meta: dict[str, Any] = {"labels": {**((t.labels or {}) if t else {}), **labels(resource.metadata.name, KIND)}}
+    if t and t.annotations:
+        meta["annotations"] = dict(t.annotations)
     return meta
 
 
@@ -87,6 +96,7 @@ def fill_job(resource: ModelCache, operator_image: str, hub_endpoint: str | None
         "automountServiceAccountToken": False,  # the fill talks to the Hub only, never to the API server
         "enableServiceLinks": False,
         "securityContext": POD_SECURITY,
+        **placement(resource.spec.template, None),
         "containers": [container],
         "volumes": [{"name": "claim", "persistentVolumeClaim": {"claimName": claim_name(resource)}},
                     {"name": "tmp", "emptyDir": {}}],
@@ -101,7 +111,7 @@ def fill_job(resource: ModelCache, operator_image: str, hub_endpoint: str | None
                 {"action": "FailJob", "onExitCodes": {"containerName": "fill", "operator": "In", "values": [F.EXIT_PERMANENT]}},
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]},
-            "template": {"metadata": {"labels": labels(resource.metadata.name, KIND)}, "spec": pod},
+            "template": {"metadata": _pod_metadata(resource), "spec": pod},
         },
     }
 
