@@ -339,8 +339,19 @@ class PodWorker:
             {"type": "Ready", "status": flag(ready)},
             {"type": "PodScheduled", "status": "True"},
         ]
+        # As a kubelet does: a condition's lastTransitionTime moves only when its status does (status.startup's
+        # phases are read from these); PodScheduled keeps the scheduler's own time.
+        seen = getattr(self, "_transitions", None)
+        if seen is None:
+            seen = self._transitions = {
+                c.get("type"): (c.get("status"), c.get("lastTransitionTime"))
+                for c in (self.pod.get("status") or {}).get("conditions") or [] if c.get("lastTransitionTime")
+            }
         for c in conditions:
-            c["lastTransitionTime"] = now_iso()
+            before = seen.get(c["type"])
+            if before is None or before[0] != c["status"] or not before[1]:
+                before = seen[c["type"]] = (c["status"], now_iso())
+            c["lastTransitionTime"] = before[1]
         status: dict[str, Any] = {
             "phase": phase,
             "hostIP": ip,

@@ -24,6 +24,9 @@ def jobs(cluster: ControlPlane, namespace: str) -> list[dict[str, Any]]:
 def test_a_cache_becomes_a_claim_and_a_fill_job_and_its_service_waits_without_a_pod(
     cluster: ControlPlane, operator: OperatorProcess, namespace: str, hub: Hub
 ) -> None:
+    # The fill pod passes the API server's own PodSecurity admission at the restricted level.
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest")
     apply(cluster, model_cache({"storage": {"size": "2Gi"}}, namespace=namespace))
     service = svc(namespace, name="emb", spec={"model": {"name": MINILM, "revision": None, "source": {"cache": {"name": "minilm"}},
                                                          "hints": None}})
@@ -37,6 +40,8 @@ def test_a_cache_becomes_a_claim_and_a_fill_job_and_its_service_waits_without_a_
     [c] = job["spec"]["template"]["spec"]["containers"]
     assert c["args"][:2] == ["model-cache", "fill"] and c["args"][c["args"].index("--endpoint") + 1] == hub.url
     assert c["args"][c["args"].index("--revision") + 1] == MINILM_SHA and c["terminationMessagePath"] == F.TERMINATION_LOG
+    wait_for(lambda: get(cluster, path(namespace, "pods"))["items"] or None, timeout=30,
+             what="the fill pod admitted under PodSecurity restricted")
 
     def waiting() -> dict[str, Any] | None:
         obj = get(cluster, path(namespace, "poolingservices", "emb"))

@@ -76,7 +76,9 @@ def fill_args(resource: ModelCache, hub_endpoint: str | None) -> list[str]:
 
 def fill_job(resource: ModelCache, operator_image: str, hub_endpoint: str | None) -> dict[str, Any]:
     token = resource.spec.model.token_secret_ref
-    env = [env_var("HF_HUB_DISABLE_TELEMETRY", "1"), env_var("PYTHONUNBUFFERED", "1"), env_var("HOME", "/tmp")]
+    # HF_HUB_OFFLINE=0 over anything a node or an injector sets: the fill is the one pod that goes online.
+    env = [env_var("HF_HUB_OFFLINE", "0"), env_var("HF_HUB_DISABLE_TELEMETRY", "1"), env_var("PYTHONUNBUFFERED", "1"),
+           env_var("HOME", "/tmp")]
     if token is not None:
         env.append(secret_env("HF_TOKEN", token.name, token.key))
     container = {
