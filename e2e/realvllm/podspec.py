@@ -21,7 +21,7 @@ namespace. The runner has neither, so it maps, and reports every mapping:
   the test harness's connector shim goes on ``PYTHONPATH`` of ``vllm`` processes only.
 - **machine overrides** (``program_override``), over the container's own and recorded as rewrites: one
   ``VLLM_CACHE_ROOT`` in the run folder for every ``vllm`` process, so a restarted server finds its
-  torch.compile cache warm.
+  torch.compile cache warm; not for a pod with the operator's ``compile-cache`` volume, which brings its own.
 - **in-cluster clients.** Every container gets ``KUBERNETES_SERVICE_HOST``/``PORT`` (the API server on
   loopback), as a kubelet injects them; a mount under ``/var/run/secrets/`` (the ServiceAccount token, CA and
   namespace a client library reads at that fixed path) is listed in ``fixed_mounts`` for the runner to bind
@@ -399,7 +399,11 @@ def plan(
             rewrites.append(f"env {name}: {value} -> {new}")
             env[name] = new
     program = PurePosixPath(argv[0]).name if argv else ""
+    own_compile_cache = any(v.get("name") == OWN_COMPILE_CACHE_VOLUME for v in pod.get("spec", {}).get("volumes") or [])
     for name, value in (program_override or {}).get(program, {}).items():
+        if own_compile_cache and name == "VLLM_CACHE_ROOT":
+            rewrites.append(f"env {name}: machine override skipped: the pod brings its own compile cache")
+            continue
         if env.get(name) != value:
             rewrites.append(f"env {name}: {env.get(name, '(unset)')} -> {value} (machine override)")
             env[name] = value
@@ -446,6 +450,7 @@ def plan(
 
 
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+OWN_COMPILE_CACHE_VOLUME = "compile-cache"  # builders/compile_cache.py VOLUME: a pod with it keeps its VLLM_CACHE_ROOT
 TERMINATION_MESSAGE_LIMIT = 4096  # what a kubelet keeps of it
 
 

@@ -1,5 +1,5 @@
 """pooling-operator: validate | render | crds (offline), run (the operator), hidden-states run (the Job driver),
-model-cache fill (a ModelCache's fill Job)."""
+model-cache fill (a ModelCache's fill Job), compile-cache restore|save (a service pod's compile cache)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulat
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache, claim_name
 from pooling_operator.builders.caches import revision as cache_revision
+from pooling_operator.compile_cache.cli import add_parser as add_compile_cache_parser
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.storage_rules import shared_compile_caches
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
@@ -48,6 +50,8 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
     results = [(doc.file, validate(doc.body, settings, policies or None)) for doc in docs]
     duplicates = duplicate_problems([(f"{doc.file} (document {doc.index + 1})", doc.body) for doc in docs])
     for i, problem in duplicates.items():
+        results[i][1].problems.append(problem)
+    for i, problem in shared_compile_caches([r.resource for _, r in results]).items():
         results[i][1].problems.append(problem)
     return results
 
@@ -246,6 +250,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_hidden_states_parser(sub)
     add_model_cache_parser(sub)
+    add_compile_cache_parser(sub)
     add_simulate_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions")

@@ -322,6 +322,16 @@ class EnvVar(Spec):
     value_from: EnvVarSource | None = Field(default=None, description=EnvVarSource.__doc__)
 
 
+class CompileCacheSpec(Spec):
+    """vLLM's compile cache on a volume, shared by the replicas of one service."""
+
+    claim_name: Name = Field(
+        description="PersistentVolumeClaim holding the cache (ReadWriteMany for replicas on several nodes). Each "
+        "pod restores the entry of its key (the image, device, model, revision and vLLM argv) before vLLM starts "
+        "and one pod saves it once vLLM is up. Compiled artifacts are code vLLM runs: one claim per service."
+    )
+
+
 class EngineSpec(Spec):
     """The vLLM server: image, contract version and engine settings. Unset values keep vLLM's defaults."""
 
@@ -366,6 +376,10 @@ class EngineSpec(Spec):
         description="How vLLM reads the weights (--load-format): auto, safetensors, pt, fastsafetensors, "
         "runai_streamer, tensorizer, ... A format whose loader needs a package vLLM does not require is accepted "
         "with a warning naming the package. Default: vLLM's (auto).",
+    )
+    compile_cache: CompileCacheSpec | None = Field(
+        default=None, description="vLLM's compile cache on a volume, so a new replica loads its compiled graphs "
+        "instead of compiling them (services only). Default: each pod compiles into its own emptyDir."
     )
     startup_timeout_seconds: int = Field(
         default=1800,

@@ -7,6 +7,7 @@ import hashlib
 import json
 from typing import Any
 
+from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.policy import (
@@ -31,6 +32,9 @@ from pooling_operator.builders.common import (
     vllm_env,
     vllm_volumes,
 )
+from pooling_operator.builders.compile_cache import compile_key
+from pooling_operator.builders.compile_cache import containers as compile_cache_containers
+from pooling_operator.builders.compile_cache import volume as compile_cache_volume
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import relabelings, service_queries
 from pooling_operator.vllm.workload import Workload, workload
@@ -47,7 +51,8 @@ TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
 DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
-def deployment(resource: Service, w: Workload, argv: list[str], model_cache: CacheMount | None = None) -> dict[str, Any]:
+def deployment(resource: Service, w: Workload, argv: list[str], model_cache: CacheMount | None = None,
+               operator_image: str = OPERATOR_IMAGE) -> dict[str, Any]:
     spec = resource.spec
     port = spec.service.port
     api_key = (spec.service.api_key_secret_ref.name, spec.service.api_key_secret_ref.key) if spec.service.api_key_secret_ref else None
@@ -74,6 +79,11 @@ def deployment(resource: Service, w: Workload, argv: list[str], model_cache: Cac
         "containers": [container],
         "volumes": volumes,
     }
+    compile_cache = w.engine.compile_cache
+    if compile_cache is not None:
+        key = compile_key(w, argv, spec.resources)
+        pod_spec["initContainers"] = compile_cache_containers(key, operator_image, port)
+        pod_spec["volumes"] = [*volumes, compile_cache_volume(compile_cache.claim_name)]
     share = dra_share(spec.resources)
     if share is not None and share.device_class_name:
         name = claim_template_name(w, share.device_class_name, str(share.memory))
@@ -262,7 +272,7 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     """Every child of a service, each a function of the resource, its one workload view and its vLLM command
     line (builders.plan resolves both once)."""
     spec = resource.spec
-    objects = [deployment(resource, w, argv, ctx.model_cache), service(resource, w), pod_disruption_budget(resource, w)]
+    objects = [deployment(resource, w, argv, ctx.model_cache, ctx.operator_image), service(resource, w), pod_disruption_budget(resource, w)]
     share = dra_share(spec.resources)
     if share is not None and share.device_class_name:
         objects.insert(0, resource_claim_template(resource, w, share.device_class_name, str(share.memory)))  # before the pods that name it

@@ -39,7 +39,12 @@ from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
 from pooling_operator.vllm.model_rules import matryoshka_bound, remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.share_rules import share_problems
-from pooling_operator.vllm.storage_rules import cache_problems, load_format_problems, source_problems
+from pooling_operator.vllm.storage_rules import (
+    cache_problems,
+    compile_cache_problems,
+    load_format_problems,
+    source_problems,
+)
 from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["CHAINS", "Judgement", "Settings", "check", "judge"]
@@ -89,6 +94,7 @@ def storage(s: Subject) -> Iterable[Problem]:
     """How the weights (and compiled graphs) reach the server: vllm/storage_rules.py."""
     yield from source_problems(s.w)
     yield from load_format_problems(s.w, s.c.version if s.c else None)
+    yield from compile_cache_problems(s.resource, s.w)
 
 
 def extra_args(s: Subject) -> Iterable[Problem]:

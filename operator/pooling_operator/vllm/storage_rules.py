@@ -86,3 +86,31 @@ def load_format_problems(w: Workload, version: str | None) -> Iterator[Problem]:
     note = LOAD_FORMAT_NOTES.get(fmt)
     if note is not None:
         yield Problem(path, f"{given!r} {note}", "warning")
+
+
+def compile_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
+    if w.engine.compile_cache is not None and w.hidden_states:
+        yield Problem("spec.engine.compileCache", "applies to services only: a HiddenStateJob's pods compile into "
+                                                  "their own emptyDir; remove it")
+
+
+def shared_compile_caches(resources: list[object]) -> dict[int, Problem]:
+    """{index: warning} for every service whose engine.compileCache names a claim an earlier service of the same
+    namespace names too (input order): compiled artifacts are code vLLM runs, and one service's writer could
+    plant code in another's pods."""
+    first: dict[tuple[str, str], str] = {}
+    out: dict[int, Problem] = {}
+    for i, r in enumerate(resources):
+        engine = getattr(getattr(r, "spec", None), "engine", None)
+        cache = getattr(engine, "compile_cache", None)
+        if cache is None:
+            continue
+        meta = r.metadata  # type: ignore[attr-defined]
+        key = (meta.namespace or "default", cache.claim_name)
+        if key in first:
+            out[i] = Problem("spec.engine.compileCache.claimName", f"claim {cache.claim_name!r} is also the compile "
+                             f"cache of {first[key]}: a compile-cache claim serves one service only (its artifacts "
+                             "are code vLLM runs); give each service its own", "warning")
+        else:
+            first[key] = f"{r.kind}/{meta.name}"  # type: ignore[attr-defined]
+    return out
