@@ -93,6 +93,8 @@ def _pod(result: dict[str, Any] | str, finished: str = "2026-12-01T10:00:00Z") -
 
 
 FILLED = {"revision": MINILM_SHA, "files": 12, "bytes": 91_000_000, "downloaded": 91_000_000}
+HELD = {"revision": MINILM_SHA, "bytes": 1, "files": 1, "claimName": "model-cache-minilm",
+        "path": f"hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots/{MINILM_SHA}"}
 
 
 @pytest.mark.parametrize(("job", "pods", "old", "ready", "progressing", "failed"), [
@@ -107,8 +109,12 @@ FILLED = {"revision": MINILM_SHA, "files": 12, "bytes": 91_000_000, "downloaded"
     # a crash without a result: the Job's own words
     ("Failed", [_pod("Traceback ...")], {}, ("False", C.NOT_FILLED), ("False", C.FINISHED), ("True", F.FILL_FAILED)),
     # a new revision failing keeps the snapshot held before Ready: pods still read it
-    ("Failed", [_pod({"reason": F.REVISION_NOT_FOUND, "message": "Invalid rev id: v2"})],
-     {"revision": MINILM_SHA, "bytes": 1, "files": 1, "path": "p"}, ("True", C.FILLED), ("False", C.FINISHED), ("True", F.REVISION_NOT_FOUND)),
+    ("Failed", [_pod({"reason": F.REVISION_NOT_FOUND, "message": "Invalid rev id: v2"})], HELD,
+     ("True", C.FILLED), ("False", C.FINISHED), ("True", F.REVISION_NOT_FOUND)),
+    # ... but not what another claim held, nor another model's snapshot: those are not on this one
+    ("", [], {**HELD, "claimName": "elsewhere"}, ("False", C.NOT_FILLED), ("True", C.FILLING), ("False", C.NO_FAILURE)),
+    ("", [], {**HELD, "path": f"hub/models--BAAI--bge-m3/snapshots/{MINILM_SHA}"}, ("False", C.NOT_FILLED),
+     ("True", C.FILLING), ("False", C.NO_FAILURE)),
 ])
 def test_cache_status(job: str | None, pods: list[dict[str, Any]], old: dict[str, Any], ready: tuple[str, str],
                       progressing: tuple[str, str], failed: tuple[str, str]) -> None:
@@ -117,7 +123,7 @@ def test_cache_status(job: str | None, pods: list[dict[str, Any]], old: dict[str
         assert (cond(st, type_)["status"], cond(st, type_)["reason"]) == want, (type_, cond(st, type_))
     if ready[0] == "True":
         assert st["revision"] == MINILM_SHA and st["claimName"] == "model-cache-minilm"
-    if failed[0] == "True" and old:
+    if failed[0] == "True" and old and ready[0] == "True":
         assert f"still holds {MINILM_SHA}" in cond(st, C.FAILED)["message"]
 
 
@@ -192,3 +198,18 @@ def test_a_cache_event_queues_the_services_that_use_it() -> None:
     cache.owners = {**cache.owners, owner_key(other): [project(other)]}  # type: ignore[dict-item]
     assert cache.using_cache("ns", "minilm") == [owner_key(body)]
     assert cache.using_cache("elsewhere", "minilm") == []
+
+
+def test_main_pinned_against_a_cache_that_pins_nothing_is_the_same_revision() -> None:
+    unpinned = cache_status(cache_resource({"model": {"revision": None}}), _job(""), [], {})
+    reconciles, _, body = with_cache(service(revision="main"), unpinned, {"model": {"revision": None}})
+    status = asyncio.run(reconciles.reconcile(body))  # waits for the fill; not refused
+    assert cond(status, C.READY)["reason"] == C.WAITING_FOR_MODEL_CACHE
+
+
+def test_an_embedding_space_read_from_a_cache_needs_the_commit_pinned() -> None:
+    errors = [str(p) for p in validate(pooling({"embeddingSpace": "v1", "model": {
+        "name": MINILM, "revision": None, "source": {"cache": {"name": "minilm"}}}})).errors]
+    assert any(e.startswith("spec.model.revision: set it to the commit the ModelCache holds") for e in errors), errors
+    assert validate(pooling({"embeddingSpace": "v1", "model": {
+        "name": MINILM, "revision": MINILM_SHA, "source": {"cache": {"name": "minilm"}}}})).ok

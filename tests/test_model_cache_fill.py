@@ -111,13 +111,31 @@ def test_the_right_token_is_sent_and_accepted(tmp_path: Path) -> None:
         assert fill(REPO, "main", tmp_path / "claim", endpoint=hub.url, token="hf_right").files == 4
 
 
-def test_a_hub_that_does_not_answer_is_unreachable_and_retried(tmp_path: Path) -> None:
+@pytest.mark.parametrize("revision", ["main", "a" * 40])  # a pinned commit: snapshot_download's own first request
+def test_a_hub_that_does_not_answer_is_unreachable_and_retried(tmp_path: Path, revision: str) -> None:
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(FillError) as caught:
-        fill(REPO, "main", tmp_path / "claim", endpoint=f"http://127.0.0.1:{port}")
-    assert caught.value.reason == F.HUB_UNREACHABLE and F.exit_code(F.HUB_UNREACHABLE) == F.EXIT_RETRY
+        fill(REPO, revision, tmp_path / "claim", endpoint=f"http://127.0.0.1:{port}")
+    assert caught.value.reason == F.HUB_UNREACHABLE, str(caught.value)
+    assert F.exit_code(F.HUB_UNREACHABLE) == F.EXIT_RETRY
+
+
+def test_a_broken_snapshot_already_on_the_claim_is_replaced_and_checked(tmp_path: Path) -> None:
+    """A claim that was an ordinary hub cache once: an interrupted download left a partial snapshot."""
+    claim = tmp_path / "claim"
+    repo = Repo(REPO, model_folder(tmp_path))
+    with Hub({REPO: repo}) as hub:
+        fill(REPO, repo.commit, claim, endpoint=hub.url)
+        snapshot = storage(claim) / "snapshots" / repo.commit
+        blob = (snapshot / "model.safetensors").resolve()
+        blob.write_bytes(blob.read_bytes()[:1000])  # a truncated blob in place
+        (snapshot / "tokenizer.json").unlink()  # and a file missing
+        filled = fill(REPO, repo.commit, claim, endpoint=hub.url)
+    assert filled.downloaded > 0
+    for path, data in repo.files.items():
+        assert (snapshot / path).read_bytes() == data
 
 
 def test_a_full_claim_is_no_space() -> None:

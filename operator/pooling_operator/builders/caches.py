@@ -32,8 +32,15 @@ def revision(resource: ModelCache) -> str:
     return resource.spec.model.revision or "main"
 
 
+def snapshot_path(resource: ModelCache, commit: str) -> str:
+    """The snapshot's folder inside the claim: hub/models--<org>--<name>/snapshots/<commit> (huggingface_hub's
+    repo_folder_name)."""
+    return f"{F.HUB_FOLDER}/models--{resource.spec.model.name.replace('/', '--')}/snapshots/{commit}"
+
+
 def fill_job_name(resource: ModelCache) -> str:
-    digest = hashlib.sha256(f"{resource.spec.model.name}@{revision(resource)}".encode()).hexdigest()[:8]
+    """One Job per model, revision and claim: a change of any fills again (a finished Job is never re-applied)."""
+    digest = hashlib.sha256(f"{resource.spec.model.name}@{revision(resource)}:{claim_name(resource)}".encode()).hexdigest()[:8]
     return f"{resource.metadata.name[:48]}-fill-{digest}"
 
 

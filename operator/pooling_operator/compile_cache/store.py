@@ -68,13 +68,20 @@ def restore(store: Path, key: str, into: Path) -> bool:
         if problem is not None:
             log.info("compile cache miss for %s: %s; vLLM compiles", key, problem)
             return False
-        into.mkdir(parents=True, exist_ok=True)
-        for path in sorted(entry.rglob("*")):
-            rel = path.relative_to(entry)
-            if rel.as_posix() == MANIFEST or path.is_dir():
-                continue
-            (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, into / rel)
+        # Copied beside `into` first, checked, then moved in: a restore cut short leaves vLLM an empty root, never
+        # a partial one.
+        staging = into.parent / f".{into.name}.restore-{uuid.uuid4().hex[:8]}"
+        try:
+            shutil.copytree(entry, staging, symlinks=False, ignore=shutil.ignore_patterns(MANIFEST))
+            want = json.loads((entry / MANIFEST).read_text())["files"]
+            if _files(staging) != want:
+                log.info("compile cache miss for %s: the entry changed while it was copied; vLLM compiles", key)
+                return False
+            if into.exists():
+                shutil.rmtree(into)
+            os.rename(staging, into)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         log.info("compile cache hit for %s: restored %s", key, into)
         return True
     except Exception as exc:
@@ -116,6 +123,8 @@ def save(store: Path, key: str, source: Path) -> str:
         return "locked by another pod"
     tmp = store / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
     try:
+        if check(entry, key) is None:  # another pod saved it between our look and our lock: theirs stays
+            return "present"
         shutil.copytree(source, tmp, symlinks=False)
         files = _files(tmp)
         (tmp / MANIFEST).write_text(json.dumps({"key": key, "files": files}, sort_keys=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
     from pooling_operator.model_cache.fill import FillError, fill
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def stop(signum: int, _frame: object) -> None:  # a deleted Job or a preemption: clean up the staging folder
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     result: dict[str, object]
     try:
         filled = fill(args.repo, args.revision, args.claim, endpoint=args.endpoint, token=os.environ.get("HF_TOKEN"),

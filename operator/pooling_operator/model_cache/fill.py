@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from typing import Any
 from pooling_operator.api import cache_fill_contract as F
 
 log = logging.getLogger(__name__)
+
+STALE_STAGING_SECONDS = 3600.0  # a staging folder older than this was left by a fill that was killed
 
 
 class FillError(Exception):
@@ -69,10 +72,13 @@ def fill(repo_id: str, revision: str, claim: Path, *, endpoint: str | None = Non
             log.info("%s@%s is already in the cache: nothing to download", repo_id, commit)
             _write_ref(hub / storage_name(repo_id), revision, commit)
             return _summary(present, commit, downloaded=0)
+        _sweep(claim / F.STAGING_FOLDER)
         staging = claim / F.STAGING_FOLDER / uuid.uuid4().hex
         staging.mkdir(parents=True)
         try:
-            return _download_and_publish(api, repo_id, revision, commit, hub, staging, endpoint, token, max_workers)
+            # A snapshot folder already there did not match the listing: the new one replaces it, blobs too.
+            return _download_and_publish(api, repo_id, revision, commit, hub, staging, endpoint, token, max_workers,
+                                         replace=present.is_dir())
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     except FillError:
@@ -93,8 +99,19 @@ def _commit(api: Any, repo_id: str, revision: str) -> str:
     return str(sha)
 
 
+def _sweep(staging_root: Path) -> None:
+    """Remove what fills killed before their cleanup left (SIGKILL, a node lost), after STALE_STAGING_SECONDS."""
+    now = time.time()
+    for folder in staging_root.iterdir() if staging_root.is_dir() else ():
+        try:
+            if now - folder.stat().st_mtime > STALE_STAGING_SECONDS:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _download_and_publish(api: Any, repo_id: str, revision: str, commit: str, hub: Path, staging: Path,
-                          endpoint: str | None, token: str | None, max_workers: int) -> Filled:
+                          endpoint: str | None, token: str | None, max_workers: int, *, replace: bool) -> Filled:
     from huggingface_hub import snapshot_download
 
     folder = Path(snapshot_download(repo_id, revision=commit, cache_dir=staging, endpoint=endpoint,
@@ -108,15 +125,21 @@ def _download_and_publish(api: Any, repo_id: str, revision: str, commit: str, hu
     (storage / "snapshots").mkdir(exist_ok=True)
     for blob in (staged / "blobs").iterdir() if (staged / "blobs").is_dir() else ():
         target = storage / "blobs" / blob.name
-        if not target.exists():  # content-addressed: one already there holds the same bytes
+        if replace or not target.exists():  # content-addressed: a verified one already there holds the same bytes
             os.replace(blob, target)
     target = storage / "snapshots" / commit
+    if replace and target.exists():  # the broken one goes aside (into staging, removed with it) first
+        os.rename(target, staging / f"replaced-{uuid.uuid4().hex[:8]}")
     try:
         os.rename(folder, target)
     except OSError as exc:
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
         log.info("another fill published %s@%s first", repo_id, commit)
+    # What readers see now, checked again: a folder another fill left must match too.
+    problem = _verified(api, repo_id, commit, hub)
+    if problem:
+        raise FillError(F.CORRUPT, f"the published snapshot: {problem}")
     _write_ref(storage, revision, commit)
     return _summary(target, commit, downloaded=downloaded)
 
@@ -148,7 +171,22 @@ def _summary(snapshot: Path, commit: str, *, downloaded: int) -> Filled:
 
 
 def classify(exc: BaseException) -> FillError:
-    """The reason of a failure, from huggingface_hub's own error classes and the OS's errno."""
+    """The reason of a failure, from huggingface_hub's own error classes and the OS's errno: the first error of
+    the chain (`__cause__`, `__context__`) that has one; snapshot_download wraps a connection error, a 5xx or a
+    403 of its first request in LocalEntryNotFoundError."""
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen and len(seen) < 10:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    for e in seen:
+        found = _classify_one(e)
+        if found.reason != F.FILL_FAILED:
+            return found
+    return _classify_one(exc)
+
+
+def _classify_one(exc: BaseException) -> FillError:
     from huggingface_hub import errors
 
     message = str(exc).strip().splitlines()

@@ -69,7 +69,8 @@ async def run(kind: Kind, ctx: Context, memory: Memory, policies: PolicySet, bod
         await refuse(ctx, body, old_status, desired.problems, desired.reason, observed)
         await kind.refused(ctx, body)
         raise InvalidSpec(desired.problems)
-    if desired.waiting is not None:
+    if desired.waiting is not None and not any(kind == "Job" for kind, _ in observed):
+        # (A job whose Job exists already runs on what it mounted, or is done: its status stays its own.)
         status = waiting_status(meta.get("generation"), desired.waiting, observed, old_status)
         await write_status(ctx, body, old_status, status)
         return status  # queued again when the cache changes (runtime/core.py)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pooling_operator.api import ModelCache
 from pooling_operator.api import cache_fill_contract as F
-from pooling_operator.builders.caches import claim_name, revision
+from pooling_operator.builders.caches import claim_name, revision, snapshot_path
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 
@@ -51,9 +51,13 @@ def cache_status(resource: ModelCache, job: dict[str, Any] | None, pods: list[di
     result = fill_result(pods) if state in ("succeeded", "failed") else None
     status: dict[str, Any] = {"observedGeneration": generation, "claimName": claim_name(resource)}
     held = {k: old[k] for k in ("revision", "bytes", "files", "path") if old.get(k) is not None}
+    # What was filled before counts only on the same claim and for the same model (both may change).
+    same = old.get("claimName") == claim_name(resource) and held.get("revision") is not None and \
+        held.get("path") == snapshot_path(resource, str(held["revision"]))
+    held = held if same else {}
     if state == "succeeded" and result is not None and not result.get(F.RESULT_REASON):
         held = {"revision": result[F.RESULT_REVISION], "bytes": result[F.RESULT_BYTES], "files": result[F.RESULT_FILES],
-                "path": f"{F.HUB_FOLDER}/models--{resource.spec.model.name.replace('/', '--')}/snapshots/{result[F.RESULT_REVISION]}"}
+                "path": snapshot_path(resource, result[F.RESULT_REVISION])}
     status.update(held)
     wanted = revision(resource)
     if held.get("revision"):

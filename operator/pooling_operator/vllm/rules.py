@@ -42,6 +42,7 @@ from pooling_operator.vllm.share_rules import share_problems
 from pooling_operator.vllm.storage_rules import (
     cache_problems,
     compile_cache_problems,
+    embedding_space_cache_problems,
     load_format_problems,
     source_problems,
 )
@@ -95,6 +96,7 @@ def storage(s: Subject) -> Iterable[Problem]:
     yield from source_problems(s.w)
     yield from load_format_problems(s.w, s.c.version if s.c else None)
     yield from compile_cache_problems(s.resource, s.w)
+    yield from embedding_space_cache_problems(s.resource, s.w)
 
 
 def extra_args(s: Subject) -> Iterable[Problem]:

@@ -33,6 +33,16 @@ def source_problems(w: Workload) -> Iterator[Problem]:
         yield Problem("spec.model.revision", "a revision applies only to huggingFace and cache sources; remove it for a volume")
 
 
+def embedding_space_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
+    """A PoolingService that labels its embedding space and reads a ModelCache must pin the commit: otherwise a
+    refill of the cache changes the vectors under the same label (the fingerprint reads spec.model.revision)."""
+    source = w.model.source
+    if getattr(getattr(resource, "spec", None), "embedding_space", None) and source is not None \
+            and source.cache is not None and not w.model.revision:
+        yield Problem("spec.model.revision", "set it to the commit the ModelCache holds: with embeddingSpace set, a "
+                                             "refill of the cache must not change the vectors under the same label")
+
+
 def cache_problems(resource: ModelCache) -> Iterator[Problem]:
     """A ModelCache's own rules (the schema and CEL hold the rest)."""
     spec = resource.spec
@@ -60,7 +70,7 @@ def cache_source_problems(w: Workload, cache: ModelCache | None) -> Iterator[Pro
                                          f"({cache.spec.model.name!r}); set model.name to it or name another cache")
     held = cache.status.revision if cache.status is not None else None
     wanted = w.model.revision
-    if wanted and wanted not in {cache.spec.model.revision, held} - {None}:
+    if wanted and wanted not in {cache.spec.model.revision or "main", held} - {None}:  # an unset revision is main
         holds = held or cache.spec.model.revision or "main"
         yield Problem("spec.model.revision", f"{wanted!r} is not the revision ModelCache {name!r} holds ({holds!r}); "
                                              "remove model.revision to serve what the cache holds, or change the cache's")
