@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from e2e.controlplane import ControlPlane
+from pooling_operator.api import messages as M
 from tests.factories import generative, hidden_states, merge, policy, pooling, scoring
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
@@ -24,7 +25,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "one model source",
         pooling({"model": {"source": {"volume": {"claimName": "m"}, "huggingFace": {}}}}),
-        ["spec.model.source", "exactly one of huggingFace or volume"],
+        ["spec.model.source", M.SOURCE_EXACTLY_ONE],
     ),
     (
         "min <= max replicas",

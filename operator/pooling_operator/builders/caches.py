@@ -96,7 +96,8 @@ def fill_job(resource: ModelCache, operator_image: str, hub_endpoint: str | None
         "env": env,
         "terminationMessagePath": F.TERMINATION_LOG,
         "terminationMessagePolicy": "File",
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        # A download and a hash: little CPU to be scheduled with (it takes what is free), memory for the hashing.
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [{"name": "claim", "mountPath": CLAIM_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
     }

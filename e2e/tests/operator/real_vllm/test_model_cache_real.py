@@ -74,6 +74,17 @@ def test_a_filled_cache_serves_real_vllm_offline_and_a_corrupt_one_fails(
         assert (storage / "snapshots" / repo.commit / "config.json").read_bytes() == repo.files["config.json"]
         assert (storage / "refs" / "main").read_text() == repo.commit
         print(f"\nModelCache fill: {len(repo.files)} files, {size} bytes in {fill_seconds:.1f} s (apply -> Ready)")
+        # A Hub that serves one blob corrupted: the fill fails (after its retries), naming the file; nothing lands.
+        # Before the server starts: the fill pod needs its CPU request free on the runner's node.
+        bad = Repo("acme/minilm-corrupt", vllm_runtime.model_dir(runtime.MINILM), faults={"model.safetensors": "corrupt"})
+        hub.repos[bad.repo_id] = bad
+        _apply(cluster, placed(model_cache({"model": {"name": bad.repo_id, "revision": "main"},
+                                            "storage": {"size": None, "claimName": "data"}}, name="corrupt", namespace=ns)))
+        failed = _cache(cluster, ns, "corrupt", "Failed")
+        c = cond(failed, "Failed")
+        assert c["reason"] == F.CORRUPT and "model.safetensors" in c["message"] and "sha256" in c["message"], c
+        assert cond(failed, "Ready")["status"] == "False"
+        assert not (claim / F.HUB_FOLDER / "models--acme--minilm-corrupt" / "snapshots" / bad.commit).exists()
         before = _files(claim / F.HUB_FOLDER)
 
         service = {
@@ -101,16 +112,6 @@ def test_a_filled_cache_serves_real_vllm_offline_and_a_corrupt_one_fails(
         startup = served.status.get("startup") or {}
         print(f"served from the cache: apply -> Ready {served.start_seconds:.0f} s; status.startup {startup}")
 
-        # A Hub that serves one blob corrupted: the fill fails (after its retries), naming the file; nothing lands.
-        bad = Repo("acme/minilm-corrupt", vllm_runtime.model_dir(runtime.MINILM), faults={"model.safetensors": "corrupt"})
-        hub.repos[bad.repo_id] = bad
-        _apply(cluster, placed(model_cache({"model": {"name": bad.repo_id, "revision": "main"},
-                                            "storage": {"size": None, "claimName": "data"}}, name="corrupt", namespace=ns)))
-        failed = _cache(cluster, ns, "corrupt", "Failed")
-        c = cond(failed, "Failed")
-        assert c["reason"] == F.CORRUPT and "model.safetensors" in c["message"] and "sha256" in c["message"], c
-        assert cond(failed, "Ready")["status"] == "False"
-        assert not (claim / F.HUB_FOLDER / "models--acme--minilm-corrupt" / "snapshots" / bad.commit).exists()
     finally:
         deployer.close()
         cluster.delete_namespace(ns)
