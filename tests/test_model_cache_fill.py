@@ -5,7 +5,6 @@ overwritten, and every failure a reason the ModelCache's condition carries."""
 from __future__ import annotations
 
 import errno
-import os
 import socket
 from pathlib import Path
 
@@ -143,7 +142,8 @@ def test_a_full_claim_is_no_space() -> None:
     assert err.reason == F.NO_SPACE and "full" in str(err) and F.exit_code(F.NO_SPACE) == F.EXIT_RETRY
 
 
-def test_the_command_writes_its_result_where_the_termination_message_is_read(tmp_path: Path) -> None:
+def test_the_command_writes_its_result_where_the_termination_message_is_read(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     repo = Repo(REPO, model_folder(tmp_path))
     result = tmp_path / "termination-log"
     claim = tmp_path / "claim"
@@ -152,12 +152,9 @@ def test_the_command_writes_its_result_where_the_termination_message_is_read(tmp
                      "--endpoint", hub.url, "--result", str(result)]) == F.EXIT_OK
         ok = F.decode(result.read_text())
         assert ok == {"revision": repo.commit, "files": 4, "bytes": ok["bytes"], "downloaded": ok["bytes"]} and ok["bytes"] > 200_000
-        os.environ["HF_TOKEN"] = "hf_not_needed"  # the token comes from the env, never an argument
-        try:
-            assert main(["model-cache", "fill", "--repo", "acme/missing", "--revision", "main", "--claim", str(claim),
-                         "--endpoint", hub.url, "--result", str(result)]) == F.EXIT_PERMANENT
-        finally:
-            del os.environ["HF_TOKEN"]
+        monkeypatch.setenv("HF_TOKEN", "hf_not_needed")  # the token comes from the env, never an argument
+        assert main(["model-cache", "fill", "--repo", "acme/missing", "--revision", "main", "--claim", str(claim),
+                     "--endpoint", hub.url, "--result", str(result)]) == F.EXIT_PERMANENT
     failed = F.decode(result.read_text())
     assert failed is not None and failed["reason"] == F.REPOSITORY_NOT_FOUND and "revision" not in failed
 

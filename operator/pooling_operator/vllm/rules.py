@@ -95,7 +95,7 @@ def storage(s: Subject) -> Iterable[Problem]:
     """How the weights (and compiled graphs) reach the server: vllm/storage_rules.py."""
     yield from source_problems(s.w)
     yield from load_format_problems(s.w, s.c.version if s.c else None)
-    yield from compile_cache_problems(s.resource, s.w)
+    yield from compile_cache_problems(s.w)
     yield from embedding_space_cache_problems(s.resource, s.w)
 
 

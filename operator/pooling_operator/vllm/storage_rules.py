@@ -98,7 +98,7 @@ def load_format_problems(w: Workload, version: str | None) -> Iterator[Problem]:
         yield Problem(path, f"{given!r} {note}", "warning")
 
 
-def compile_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
+def compile_cache_problems(w: Workload) -> Iterator[Problem]:
     if w.engine.compile_cache is not None and w.hidden_states:
         yield Problem("spec.engine.compileCache", "applies to services only: a HiddenStateJob's pods compile into "
                                                   "their own emptyDir; remove it")
