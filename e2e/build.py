@@ -70,6 +70,24 @@ BINARIES = tuple(b for g in GROUPS for b in g.binaries)
 # adding or moving one never rebuilds the control plane): bin/<name>-<version>_<os>-<arch>_<hash>/.
 TOOLS = (Group("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}),)
 
+# Third-party controllers the tests run beside the operator (KEDA, Kueue): one wrapper module, because their
+# pins resolve together (both on k8s.io/* v0.35 and controller-runtime v0.23; KEDA's replace block is copied
+# into its go.mod), one ``go build``, and their own cache folder keyed by both versions and the pins, never
+# the control plane's: bin/controllers-keda-<v>_kueue-<v>_<os>-<arch>_<hash>/. ``make test`` builds it in
+# the background once the control plane is built (``python -m e2e.build --controllers``), at low priority;
+# the tests that need it wait for it with a deadline (``controllers``).
+CONTROLLERS = Group(
+    "controllers",
+    "github.com/kedacore/keda/v2",
+    {
+        "keda-operator": "github.com/kedacore/keda/v2/cmd/operator",
+        "keda-adapter": "github.com/kedacore/keda/v2/cmd/adapter",
+        "kueue": "sigs.k8s.io/kueue/cmd/kueue",
+    },
+)
+CONTROLLER_MODULES = {"keda": "github.com/kedacore/keda/v2", "kueue": "sigs.k8s.io/kueue"}
+CONTROLLERS_FAILED = "FAILED"  # written into the cache folder by a build that failed, with its error
+
 # The kwok Stage objects the harness runs with. They are data in the kwok module; the build copies them
 # from the pinned module into the cache folder (kwok-stages.yaml) so the harness needs no Go at run time.
 KWOK_STAGE_FILES = (
@@ -224,6 +242,10 @@ def _ldflags(group: Group, version: str) -> str:
         flags.append(f"-X go.etcd.io/etcd/api/v3/version.GitSHA={version}")
     elif group.name == "helm":
         flags.append(f"-X helm.sh/helm/v3/internal/version.version={version}")
+    elif group.name == "controllers":
+        versions = controller_versions()
+        flags.append(f"-X github.com/kedacore/keda/v2/version.Version={versions['keda']}")
+        flags.append(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={versions['kueue']}")
     return " ".join(flags)
 
 
@@ -251,7 +273,7 @@ def _build_group(group: Group, version: str, out: Path, logfile: Path, log: Call
     total = sum(1 for line in listed.stdout.splitlines() if line.strip())
     if len(pkgs) == 1:
         target = ["-o", str(out / next(iter(group.binaries)))]
-    else:
+    else:  # go names each binary after its package's last element; renamed to the group's names below
         target = ["-o", str(out) + os.sep]
     argv = [
         go, "build", "-mod=readonly", "-buildvcs=false", "-trimpath", "-v",
@@ -283,6 +305,10 @@ def _build_group(group: Group, version: str, out: Path, logfile: Path, log: Call
     if rc != 0:
         tail = "".join(logfile.read_text().splitlines(keepends=True)[-40:])
         raise RuntimeError(f"[{group.name}] go build failed (exit {rc}); last lines of {logfile}:\n{tail}")
+    for name, pkg in group.binaries.items():
+        built_as = out / pkg.rsplit("/", 1)[-1]
+        if len(pkgs) > 1 and built_as.name != name:
+            os.replace(built_as, out / name)
     seconds = time.monotonic() - started
     log(f"[{group.name}] built in {_fmt_time(seconds)}")
     return seconds
@@ -396,12 +422,140 @@ def tool(name: str, *, build: bool = True, log: Callable[[str], None] | None = N
     return exe
 
 
+def _required_version(d: Path, module: str) -> str:
+    m = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", (d / "go.mod").read_text(), re.M)
+    if not m:
+        raise RuntimeError(f"{d / 'go.mod'} does not require {module}")
+    return m.group(1)
+
+
+def controller_versions() -> dict[str, str]:
+    """``{"keda": "v2.20.2", "kueue": "v0.17.0"}``, read from the controllers' committed go.mod."""
+    return {name: _required_version(CONTROLLERS.dir, module) for name, module in CONTROLLER_MODULES.items()}
+
+
+def controllers_dir() -> Path:
+    """``bin/controllers-keda-v2.20.2_kueue-v0.17.0_linux-amd64_<hash of go.mod and go.sum>``."""
+    g = CONTROLLERS
+    digest = hashlib.sha256((g.dir / "go.mod").read_bytes() + (g.dir / "go.sum").read_bytes()).hexdigest()[:8]
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    versions = "_".join(f"{n}-{v}" for n, v in controller_versions().items())
+    return cache_home() / "bin" / f"controllers-{versions}_{sys.platform}-{arch}_{digest}"
+
+
+def _controller_paths(d: Path) -> dict[str, Path] | None:
+    paths = {name: d / name for name in CONTROLLERS.binaries}
+    return paths if all(_executable(p) for p in paths.values()) else None
+
+
+def build_controllers(*, log: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Build the controllers into their cache folder (under its lock) unless they are there; a failure is written
+    to ``FAILED`` in that folder, so that tests waiting for a background build say why instead of timing out."""
+    log = log or _stderr
+    d = controllers_dir()
+    with _lock(d.parent / f"{d.name}.lock"):
+        if paths := _controller_paths(d):
+            return paths
+        d.mkdir(parents=True, exist_ok=True)
+        (d / CONTROLLERS_FAILED).unlink(missing_ok=True)
+        staging = d / f".staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            seconds = _build_group(CONTROLLERS, "+".join(controller_versions().values()), staging, d / "build.log", log)
+            for name in CONTROLLERS.binaries:
+                os.replace(staging / name, d / name)
+        except BaseException as e:
+            (d / CONTROLLERS_FAILED).write_text(f"{type(e).__name__}: {e}\n")
+            raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        manifest = {
+            "versions": controller_versions(),
+            "build_seconds": round(seconds, 1),
+            "sizes_bytes": {name: (d / name).stat().st_size for name in CONTROLLERS.binaries},
+        }
+        (d / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    paths = _controller_paths(d)
+    assert paths is not None
+    return paths
+
+
+def controllers(*, wait_seconds: float = 0.0, log: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """The controllers' binaries. When a build holds the lock (``make test`` starts one in the background), wait
+    for it up to ``wait_seconds``; when none is running and they are missing, build them now. A background build
+    that failed raises ``MissingBinaries`` with its error."""
+    log = log or _stderr
+    d = controllers_dir()
+    if paths := _controller_paths(d):
+        return paths
+    lock = d.parent / f"{d.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    said = False
+    while True:
+        with open(lock, "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                busy = False
+                fcntl.flock(fh, fcntl.LOCK_UN)
+            except BlockingIOError:
+                busy = True
+        if paths := _controller_paths(d):
+            return paths
+        if not busy:
+            failed = d / CONTROLLERS_FAILED
+            if failed.is_file():
+                raise MissingBinaries(f"the controllers' build failed ({d / 'build.log'}; `make controllers` tries again): {failed.read_text().strip()}")
+            log(f"[controllers] not built and no build running: building now into {d}")
+            return build_controllers(log=log)
+        waited = time.monotonic() - started
+        if waited > wait_seconds:
+            raise MissingBinaries(f"the controllers' background build was still running after {waited:.0f} s ({d / 'build.log'})")
+        if not said:
+            log(f"[controllers] waiting up to {wait_seconds:.0f} s for the background build ({d / 'build.log'})")
+            said = True
+        # a poll of the build's lock with a deadline (the build holds it until it is done)
+        with open(lock, "w") as fh:
+            deadline = time.monotonic() + min(5.0, max(0.1, wait_seconds - waited))
+            while time.monotonic() < deadline:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.5)
+
+
+def controllers_report() -> str:
+    """One line on the controllers' build: cached or not, and the figures of the build that made them."""
+    d = controllers_dir()
+    manifest = d / "manifest.json"
+    if not _controller_paths(d) or not manifest.is_file():
+        failed = d / CONTROLLERS_FAILED
+        return f"controllers: not built ({failed.read_text().strip() if failed.is_file() else 'no build finished'})"
+    m = json.loads(manifest.read_text())
+    sizes = ", ".join(f"{n} {b / 1e6:.0f} MB" for n, b in m["sizes_bytes"].items())
+    versions = ", ".join(f"{n} {v}" for n, v in m["versions"].items())
+    return f"controllers: {versions}; built in {_fmt_time(m['build_seconds'])} ({sizes}) in {d}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report; exit 1 when something is missing")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("--print-dir", action="store_true", help="print only the cache folder")
+    ap.add_argument("--controllers", action="store_true", help="build the third-party controllers (KEDA, Kueue) only")
+    ap.add_argument("--report", action="store_true", help="with --controllers: print how their build went, build nothing")
     args = ap.parse_args(argv)
+    if args.controllers:
+        if not args.report:
+            started = time.monotonic()
+            _stderr(f"[controllers] {', '.join(f'{n} {v}' for n, v in controller_versions().items())} into {controllers_dir()}")
+            build_controllers()
+            _stderr(f"[controllers] ready after {_fmt_time(time.monotonic() - started)}")
+        print(controllers_report())
+        return 0
     versions = pinned_versions()
     d = bin_dir(versions)
     if args.print_dir:
