@@ -41,14 +41,16 @@ def _needs_cluster(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: build and install only for what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark e2e tests, run the real_vllm tier last, and build or install what is missing now: a cold build
+    """Mark e2e tests, run the third-party controllers' tests next to last and the real_vllm tier last, and build or install what is missing now: a cold build
     (~10-20 min) or vLLM install (~5-12 min) would blow a test's timeout."""
     selected = [i for i in items if _needs_cluster(i)]
     for item in selected:
         item.add_marker(pytest.mark.e2e)
     real = [i for i in items if i.get_closest_marker("real_vllm")]
-    if real:  # they load both cores for minutes; the other tiers' timings should not feel it
-        items[:] = [i for i in items if not i.get_closest_marker("real_vllm")] + real
+    # third-party controllers next to last: make test builds them in the background while the tiers run
+    third = [i for i in items if i.get_closest_marker("controllers") and not i.get_closest_marker("real_vllm")]
+    if real or third:  # real vLLM loads both cores for minutes; the other tiers' timings should not feel it
+        items[:] = [i for i in items if i not in third and i not in real] + third + real
     capman = config.pluginmanager.getplugin("capturemanager")
     reporter = config.pluginmanager.getplugin("terminalreporter")
 

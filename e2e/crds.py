@@ -38,6 +38,10 @@ THIRD_PARTY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "config/crd/bases/keda.sh_scaledobjects.yaml",
             "config/crd/bases/keda.sh_triggerauthentications.yaml",
             "config/crd/bases/keda.sh_clustertriggerauthentications.yaml",
+            # the rest of KEDA's kinds: its operator watches them all and does not start without them
+            "config/crd/bases/keda.sh_scaledjobs.yaml",
+            "config/crd/bases/eventing.keda.sh_cloudeventsources.yaml",
+            "config/crd/bases/eventing.keda.sh_clustercloudeventsources.yaml",
         ),
     ),
     (

@@ -11,6 +11,9 @@ from pathlib import Path
 from e2e.harness.pki import SERVICE_CIDR
 
 POD_CIDR = "10.244.0.0/16"
+# kube-controller-manager's HPA sync period (15 s by default): short, so that a test of real KEDA (whose
+# HorizontalPodAutoscaler this controller runs) takes minutes; the simulator's keda baseline is told the same
+HPA_SYNC_SECONDS = 5
 
 
 def etcd_argv(etcd: Path, ports: dict[str, int], data_dir: Path) -> list[str]:
@@ -65,6 +68,9 @@ def apiserver_argv(apiserver: Path, ports: dict[str, int], p: dict[str, Path], c
         f"--cert-dir={cert_dir}",
         "--profiling=false",
         "--event-ttl=30m",
+        # an aggregated API (KEDA's metrics adapter) is dialled at its Service's endpoint address, not at a
+        # ClusterIP nobody routes here (e2e/harness/netns.py gives that address)
+        "--enable-aggregator-routing=true",
     ]
 
 
@@ -94,6 +100,7 @@ def controller_manager_argv(
         f"--cluster-signing-key-file={p['ca.key']}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--node-monitor-period=2s",
+        f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s",
         "--profiling=false",
     ]
 

@@ -65,43 +65,8 @@ def write_pki(d: Path) -> dict[str, Path]:
         .sign(ca_key, hashes.SHA256())
     )
 
-    def leaf(
-        cn: str, orgs: list[str], sans: list[x509.GeneralName], usages: list[Any]
-    ) -> tuple[bytes, bytes]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(subject))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(before)
-            .not_valid_after(after)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
-            )
-        )
-        if sans:
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return pem_cert(b.sign(ca_key, hashes.SHA256())), pem_key(key)
+    def leaf(cn: str, orgs: list[str], sans: list[x509.GeneralName], usages: list[Any]) -> tuple[bytes, bytes]:
+        return _leaf(ca, ca_key, cn, orgs, sans, usages, before, after)
 
     service_ip = next(iter(ipaddress.ip_network(SERVICE_CIDR).hosts()))
     dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -138,6 +103,74 @@ def write_pki(d: Path) -> dict[str, Path]:
             p.chmod(0o600)
         paths[name] = p
     return paths
+
+
+def _leaf(ca: Any, ca_key: Any, cn: str, orgs: list[str], sans: list[Any], usages: list[Any],
+          before: datetime.datetime, after: datetime.datetime) -> tuple[bytes, bytes]:
+    """A leaf certificate signed by ``ca``: (certificate PEM, PKCS8 key PEM)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(before)
+        .not_valid_after(after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+    )
+    if sans:
+        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = b.sign(ca_key, hashes.SHA256())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def issue(pki: dict[str, Path], dest: Path, cn: str, dns: list[str], ips: list[str]) -> dict[str, Path]:
+    """A certificate from the harness's CA for a server that is also a client (a third-party controller's webhook,
+    aggregated API or gRPC peer): ``dest/tls.crt``, ``dest/tls.key`` and the CA as ``dest/ca.crt``, the names
+    controller-runtime and KEDA look for in a cert dir."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca = x509.load_pem_x509_certificate(pki["ca.crt"].read_bytes())
+    ca_key = serialization.load_pem_private_key(pki["ca.key"].read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.UTC)
+    sans = [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    cert, key = _leaf(ca, ca_key, cn, [], sans, usages, now - datetime.timedelta(hours=1), now + datetime.timedelta(days=30))
+    dest.mkdir(parents=True, exist_ok=True)
+    out = {"tls.crt": dest / "tls.crt", "tls.key": dest / "tls.key", "ca.crt": dest / "ca.crt"}
+    out["tls.crt"].write_bytes(cert)
+    out["tls.key"].write_bytes(key)
+    out["tls.key"].chmod(0o600)
+    out["ca.crt"].write_bytes(pki["ca.crt"].read_bytes())
+    return out
 
 
 def kubeconfig_dict(server: str, pki: dict[str, Path], name: str = "vpo-e2e") -> dict[str, Any]:

@@ -203,7 +203,7 @@ class ComponentDied(Fatal):
     pass
 
 
-def spawn(name: str, argv: list[str], log: Path, *, run_id: str, cwd: Path) -> Component:
+def spawn(name: str, argv: list[str], log: Path, *, run_id: str, cwd: Path, env: dict[str, str] | None = None) -> Component:
     """Start ``argv`` in its own process group, its output appended to ``log`` after a header line."""
     with open(log, "ab") as fh:
         fh.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} run {run_id}\n# {' '.join(argv)}\n".encode())
@@ -214,6 +214,7 @@ def spawn(name: str, argv: list[str], log: Path, *, run_id: str, cwd: Path) -> C
             stdout=fh,
             stderr=subprocess.STDOUT,
             cwd=cwd,
+            env=env,
             start_new_session=True,  # own process group: killpg reaches anything it forks
             preexec_fn=_child_setup,  # only a prctl call
         )

@@ -60,9 +60,10 @@ class Hpa:
     """A HorizontalPodAutoscaler on External metrics, optionally with KEDA's 0 <-> 1 activation."""
 
     def __init__(self, name: str, metrics: tuple[Metric, ...], min_replicas: int, max_replicas: int,
-                 up: Rules = HPA_DEFAULT_UP, down: Rules = HPA_DEFAULT_DOWN, keda_cooldown: int | None = None) -> None:
+                 up: Rules = HPA_DEFAULT_UP, down: Rules = HPA_DEFAULT_DOWN, keda_cooldown: int | None = None,
+                 period: float = HPA_SYNC_SECONDS) -> None:
         self.name = name
-        self.period = float(HPA_SYNC_SECONDS)
+        self.period = float(period)
         self.metrics = metrics
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
@@ -154,8 +155,9 @@ def hpa_queue(min_replicas: int, max_replicas: int) -> Hpa:
     return Hpa("hpa-queue", (Metric("waiting", "AverageValue", 5.0),), min_replicas, max_replicas)
 
 
-def keda(scaled_object: Mapping[str, Any], queries: Queries) -> Hpa:
-    """The HPA that KEDA derives from a ScaledObject. Each trigger's query must be one of the service's queries
+def keda(scaled_object: Mapping[str, Any], queries: Queries, hpa_sync_seconds: float = HPA_SYNC_SECONDS) -> Hpa:
+    """The HPA that KEDA derives from a ScaledObject, synced every `hpa_sync_seconds` (kube-controller-manager's
+    period: 15 s unless the cluster sets another). Each trigger's query must be one of the service's queries
     (that is how its value is known); anything else is an error, never a guess."""
     spec = scaled_object["spec"]
     signal_of = {q: name for name, q in queries.named().items()}
@@ -172,7 +174,7 @@ def keda(scaled_object: Mapping[str, Any], queries: Queries) -> Hpa:
         "keda", tuple(metrics), int(spec.get("minReplicaCount", 0)), int(spec.get("maxReplicaCount", 100)),
         _rules(behavior.get("scaleUp"), HPA_DEFAULT_UP, "scaleUp"),
         _rules(behavior.get("scaleDown"), HPA_DEFAULT_DOWN, "scaleDown"),
-        keda_cooldown=int(spec.get("cooldownPeriod", 300)),
+        keda_cooldown=int(spec.get("cooldownPeriod", 300)), period=hpa_sync_seconds,
     )
 
 

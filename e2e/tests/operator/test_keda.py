@@ -1,0 +1,208 @@
+"""Real KEDA v2.20.2 (its operator and metrics adapter, e2e/keda.py) scaling a ``backend: keda`` service that the
+operator rendered, on the real API server and a real Prometheus, with the stand-in exporters as its pods' metrics;
+then the same load step through ``simulate``'s ``keda`` baseline, told the cluster's HPA sync period.
+
+The controllers are built by ``make test`` in the background (e2e/build.py, ``CONTROLLERS``); this module waits for
+that build with a deadline. It needs a network namespace of its own (root): elsewhere it is skipped with the
+reason, except under ``CI=true``, where that fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import build
+from e2e.controlplane import ControlPlane
+from e2e.harness import netns
+from e2e.harness.poll import wait_for
+from e2e.keda import HPA_SYNC_SECONDS, Keda
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import PrometheusServer
+from e2e.standin.exporters import write_load
+from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
+from e2e.tests.operator.test_autoscaling import (  # noqa: F401 - fixtures
+    SCRAPE_SECONDS,
+    autoscaled,
+    fleet,
+    policy,
+    prometheus,
+    replicas,
+)
+from e2e.tests.operator.test_services import apply, get
+from pooling_operator.api import PoolingService
+from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.autoscaling.simulator.baselines import keda as keda_baseline
+from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
+from pooling_operator.autoscaling.simulator.simulate import run, setup_for
+from pooling_operator.autoscaling.simulator.trace import Segment, Trace
+from pooling_operator.builders.services import KEDA_POLLING_SECONDS, scaled_object
+
+pytestmark = pytest.mark.controllers
+
+# make test starts the controllers' build when the control plane is built; a cold one takes minutes on two
+# cores at low priority beside the tiers (the figure is printed at the end of make test)
+CONTROLLERS_WAIT_SECONDS = 2400.0
+READY_AFTER_SECONDS = 8.0  # autoscaled(): the kwok stage holds a new pod back this long, as model loading does
+LOW_RPS, STEP_RPS = 40.0, 300.0
+STEP_SECONDS = 60.0  # how long the step is held: long enough for two HPA syncs after the new pods are ready
+MAX_REPLICAS = 12
+
+
+@pytest.fixture(scope="module")
+def keda(cluster: ControlPlane, crds: list[str]) -> Iterator[Keda]:
+    why = netns.available()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"real KEDA cannot run under CI=true: {why}")
+        pytest.skip(f"real KEDA: {why}")
+    began = time.monotonic()
+    binaries = build.controllers(wait_seconds=CONTROLLERS_WAIT_SECONDS, log=print)
+    waited = time.monotonic() - began
+    k = Keda(cluster, binaries).start()
+    print(f"\nreal KEDA: waited {waited:.0f} s for the build; operator and adapter up, APIService Available in {k.started_seconds:.1f} s")
+    yield k
+    k.stop()
+
+
+class ReplicaSampler:
+    """The Deployment's spec.replicas every 0.2 s in a thread, with the monotonic time of each sample."""
+
+    def __init__(self, cluster: ControlPlane, namespace: str, name: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self.samples: list[tuple[float, int]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ReplicaSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 600  # bounded even when a failing test never leaves the block
+        while not self._done.wait(0.2) and time.monotonic() < deadline:
+            try:
+                self.samples.append((time.monotonic(), replicas(self.cluster, self.namespace, self.name)))
+            except Exception:  # a GET that failed is a missed sample
+                continue
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def first_above(self, since: float, n: int) -> float | None:
+        return next((t - since for t, r in self.samples if t >= since and r > n), None)
+
+    def peak(self, since: float, until: float) -> int:
+        return max((r for t, r in self.samples if since <= t <= until), default=0)
+
+
+def simulated(doc: dict[str, Any], policy_spec: dict[str, Any], low_seconds: float, step_seconds: float,
+              seed: int) -> tuple[float | None, int, float | None]:
+    """The same service, policy and load step through simulate's keda baseline: (seconds from the step to the
+    first scale-up, the peak replicas while the step lasts, seconds from the end of the step to one replica)."""
+    resource = PoolingService.model_validate(doc)
+    pol = AutoscalingPolicySpec.model_validate(policy_spec)
+    params = replace(ServiceParams(), startup_s=READY_AFTER_SECONDS)
+    setup = setup_for(resource, pol, params, seed=seed, scrape_interval=SCRAPE_SECONDS, initial_replicas=1)
+    trace = Trace((Segment(0.0, LOW_RPS, 16), Segment(low_seconds, STEP_RPS, 16),
+                   Segment(low_seconds + step_seconds, 0.0, 16)), low_seconds + step_seconds + 180)
+    result = run(setup, trace, keda_baseline(scaled_object(resource, pol), setup.queries, HPA_SYNC_SECONDS))
+    end = low_seconds + step_seconds
+    first = next((e.t - low_seconds for e in result.timeline if e.t >= low_seconds and e.replicas > 1), None)
+    peak = max((e.replicas for e in result.timeline if low_seconds <= e.t <= end), default=0)
+    down = next((e.t - end for e in result.timeline if e.t >= end and e.replicas == 1), None)
+    return first, peak, down
+
+
+@dataclass(frozen=True)
+class Step:
+    first_up: float  # seconds from the step to the first scale write
+    peak: int  # the most replicas set while the step lasted
+    down: float  # seconds from the end of the step to one replica
+
+
+def load_step(cluster: ControlPlane, prometheus: PrometheusServer, namespace: str, doc: dict[str, Any], load: Path,  # noqa: F811
+              before: Callable[[], None] = lambda: None) -> Step:
+    """Apply ``doc``; at one replica and LOW_RPS, ``before()``; then STEP_RPS for STEP_SECONDS, then nothing until
+    the Deployment is back at one replica. Replicas are sampled throughout."""
+    write_load(load, requests_per_second=LOW_RPS)
+    apply(cluster, doc)
+    with fleet(cluster, prometheus, namespace, "emb", load) as f, ReplicaSampler(cluster, namespace, "emb") as s:
+        f.wait_targets(1, timeout=60)
+        before()
+        wait_for(lambda: replicas(cluster, namespace, "emb") == 1, timeout=30, what="one replica at the low load")
+        low_until = time.monotonic()
+        write_load(load, requests_per_second=STEP_RPS)
+        wait_for(lambda: replicas(cluster, namespace, "emb") > 1, timeout=90, what="the scale-up", interval=0.2,
+                 max_interval=0.2)
+        step_end = low_until + STEP_SECONDS
+        wait_for(lambda: time.monotonic() >= step_end, timeout=STEP_SECONDS + 5, what="the end of the load step")
+        write_load(load, requests_per_second=0)
+        wait_for(lambda: replicas(cluster, namespace, "emb") == 1, timeout=240, what="the scale-down to one",
+                 interval=0.5, max_interval=0.5)
+        down = time.monotonic()
+        assert not f.failures
+    first = s.first_above(low_until, 1)
+    assert first is not None
+    return Step(first, s.peak(low_until, step_end), down - step_end)
+
+
+def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_says(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any,  # noqa: F811
+    keda: Keda, namespace: str, tmp_path: Path,
+) -> None:
+    name = policy()
+    # a ceiling above what the step needs (two replicas' worth), so that the peak is KEDA's own answer
+    doc = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
+    hpa_path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/keda-hpa-emb"
+
+    def before() -> None:
+        hpa = wait_for(lambda: get(cluster, hpa_path), timeout=90, what="the HPA KEDA makes for the ScaledObject")
+        assert hpa["spec"]["scaleTargetRef"]["name"] == "emb" and hpa["spec"]["minReplicas"] == 1
+        # the adapter answers through the API server: the aggregated API, the netns hop, KEDA's gRPC
+        metric = hpa["spec"]["metrics"][0]["external"]["metric"]["name"]
+        values = wait_for(lambda: keda.external_metric(namespace, metric, "emb"), timeout=90,
+                          what=f"the external metric {metric} through external.metrics.k8s.io")
+        print(f"\nexternal metric {metric} at {LOW_RPS:g} req/s: {values[0]['value']}")
+
+    real = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json", before)
+    sims = [simulated(doc, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed)
+            for seed in range(5)]
+    print(f"\nreal KEDA, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up {real.first_up:.1f} s, "
+          f"peak {real.peak} replicas, load end -> back to one {real.down:.1f} s")
+    for seed, (first, peak, back) in enumerate(sims):
+        print(f"keda baseline (seed {seed}): first scale-up {first} s, peak {peak}, back to one {back} s")
+    slack = KEDA_POLLING_SECONDS + HPA_SYNC_SECONDS
+    for first, peak, back in sims:
+        assert first is not None and abs(first - real.first_up) <= slack, (first, real.first_up, slack)
+        assert abs(peak - real.peak) <= 1, (peak, real.peak)
+        # and the way down: the scale-down window, then one step per period of the rendered behaviour
+        assert back is not None and abs(back - real.down) <= slack, (back, real.down, slack)
+
+
+def test_the_operator_backend_takes_the_same_step_with_the_replicas_it_needs(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any,  # noqa: F811
+    namespace: str, tmp_path: Path,
+) -> None:
+    """The same service and step with ``backend: operator``: it learns a replica's capacity while requests wait,
+    so it asks for what the step needs, where KEDA (above) follows the backlog to several times that."""
+    name = policy()
+    doc = autoscaled(namespace, "emb", name, maxReplicas=MAX_REPLICAS)
+    ours = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json")
+    as_keda = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
+    keda_peaks = [simulated(as_keda, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed)[1]
+                  for seed in range(5)]
+    print(f"\noperator backend, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up "
+          f"{ours.first_up:.1f} s, peak {ours.peak} replicas, back to one {ours.down:.1f} s; "
+          f"the keda baseline (matched to real KEDA above) peaks at {keda_peaks}")
+    # two scrapes, a decision period, the exporters reading the load file and this poll (test_autoscaling's bound)
+    assert ours.first_up <= 2 * SCRAPE_SECONDS + AUTOSCALE_SECONDS + 1.5
+    assert ours.peak < min(keda_peaks), (ours.peak, keda_peaks)
