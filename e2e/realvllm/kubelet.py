@@ -60,6 +60,8 @@ from e2e.harness.processes import _free_ports
 from e2e.realvllm import podspec
 from e2e.realvllm.pods import PodWorker, mount_namespaces, now_iso
 
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+
 log = logging.getLogger("pod-runner")
 
 NODE_LABEL = "vllm-pooling.io/e2e-runner"
@@ -135,15 +137,35 @@ class Runner:
         self.base_env = base_env
         self.ip = host_ip()
         self.workers: dict[str, PodWorker] = {}
+        self.cores: dict[str, int] = {}  # pod uid -> the core its vLLM binds to (_core_for)
+        self._cores_lock = threading.Lock()
         self.stop = threading.Event()
 
     def plan(self, pod: dict[str, Any], pod_dir: Path) -> podspec.PodPlan:
+        override = {k: dict(v) for k, v in self.program_override.items()}
+        core = self._core_for(pod["metadata"]["uid"])
+        if core is not None:
+            override.setdefault("vllm", {})[OMP_BIND] = str(core)
         return podspec.plan_pod(
             pod, pod_dir=pod_dir, claims=self.claims, hub_models=self.hub_models,
             base_env=self.base_env, lookup=lambda kind, name, key: self._lookup(pod["metadata"]["namespace"], kind, name, key),
             free_port=lambda: _free_ports(1)[0], pod_ip=self.ip, images=self.images, cluster_env=self.cluster_env,
-            program_env=self.program_env, program_override=self.program_override,
+            program_env=self.program_env, program_override=override,
         )  # fmt: skip
+
+    def _core_for(self, uid: str) -> int | None:
+        """The core a pod's vLLM binds its compute threads to: the one the fewest running pods here use, as a
+        kubelet's CPU manager gives pods cores of their own. vLLM's ``auto`` binding puts every server on core 0
+        (it reserves the last core for its front end), so two servers at once would share one core and starve
+        each other's start-up. None when the runner's own override already names a binding."""
+        if OMP_BIND in self.program_override.get("vllm", {}):
+            return None
+        with self._cores_lock:
+            live = [self.cores[u] for u in self.workers if u in self.cores and u != uid]
+            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+            core = min(cpus, key=lambda c: (live.count(c), c))
+            self.cores[uid] = core
+            return core
 
     def project(self, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None:
         """Fill a projected volume as a kubelet does: a ServiceAccount token (TokenRequest, bound to the pod),
