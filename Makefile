@@ -51,7 +51,7 @@ test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, u
 	@$(PY) -m e2e.build --controllers --report
 
 .PHONY: controllers
-controllers: venv ## Build the third-party controllers the tests run (KEDA v2.20.2, Kueue v0.17.0; cached, ~N min cold)
+controllers: venv ## Build the third-party controllers the tests run (KEDA v2.20.2, Kueue v0.17.0; cached; 17 min cold here beside a cold control-plane build)
 	$(PY) -m e2e.build --controllers
 
 .PHONY: vllm-runtime-or-skip
