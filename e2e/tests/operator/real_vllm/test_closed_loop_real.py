@@ -22,11 +22,11 @@ from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
-from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
 from e2e.realvllm.traffic import RunnerTargets, SliceClient
 from e2e.tests.operator.real_vllm.conftest import Deployer, ServerPool
 from e2e.tests.operator.real_vllm.pool import slot
+from e2e.tests.operator.real_vllm.test_embeddings import minilm as embeddings_minilm
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(900)]
 
@@ -57,24 +57,15 @@ def prometheus(cluster: ControlPlane) -> Iterator[PrometheusServer]:
 
 
 def minilm(namespace: str, policy: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "vllm-pooling.io/v1alpha1",
-        "kind": "PoolingService",
-        "metadata": {"name": "minilm", "namespace": namespace},
-        "spec": {
-            "model": {
-                "name": runtime.MINILM.repo_id,
-                "source": {"volume": {"claimName": "models", "path": f"/{runtime.MINILM.key}", "readOnly": True}},
-            },
-            "task": "embed",
-            "pooling": {"type": "MEAN", "normalize": True},
-            "engine": {"image": "vllm/vllm-openai:v0.32.0", "dtype": "float32", "maxModelLen": 256,
-                       "extraArgs": list(EAGER_ARGS)},
-            "resources": SMALL_SERVER_RESOURCES,
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "window": "5s", "p99Latency": "500ms",
-                            "scaleDown": {"stabilizationSeconds": SCALE_DOWN_WINDOW}, "policyRef": {"name": policy}},
-        },
-    }  # fmt: skip
+    """test_embeddings' MiniLM, without the API key, eager, on half a CPU, autoscaled between 1 and 2."""
+    doc = embeddings_minilm(namespace, policy)
+    spec = doc["spec"]
+    del spec["service"]
+    spec["engine"]["extraArgs"] = list(EAGER_ARGS)
+    spec["resources"] = SMALL_SERVER_RESOURCES
+    spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2, "window": "5s", "p99Latency": "500ms",
+                           "scaleDown": {"stabilizationSeconds": SCALE_DOWN_WINDOW}, "policyRef": {"name": policy}}
+    return doc
 
 
 def replicas(cluster: ControlPlane, namespace: str) -> int:
