@@ -22,6 +22,7 @@ from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
+from e2e.realvllm.kubelet import OWN_CORE_ANNOTATION
 from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
 from e2e.realvllm.traffic import RunnerTargets, SliceClient
 from e2e.tests.operator.real_vllm.conftest import Deployer, ServerPool
@@ -63,6 +64,7 @@ def minilm(namespace: str, policy: str) -> dict[str, Any]:
     del spec["service"]
     spec["engine"]["extraArgs"] = list(EAGER_ARGS)
     spec["resources"] = SMALL_SERVER_RESOURCES
+    spec["template"] = {"annotations": {OWN_CORE_ANNOTATION: "true"}}  # each replica a core of its own
     spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2, "window": "5s", "p99Latency": "500ms",
                            "scaleDown": {"stabilizationSeconds": SCALE_DOWN_WINDOW}, "policyRef": {"name": policy}}
     return doc
