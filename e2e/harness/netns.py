@@ -10,8 +10,8 @@ namespace with setns(2); a socket keeps the namespace it was made in). The API s
 nothing is sent to this machine's other addresses or beyond.
 
 Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and ``ip`` (iproute2); ``available()`` says why not where it cannot.
-The namespace and its pair are removed by ``close()`` (deleting the namespace removes both ends of the pair) and
-recorded in the run folder so a killed run's are removed by the next ``remove_strays``.
+The namespace and its pair are removed by ``close()`` (deleting the namespace removes both ends of the pair); the name carries the creating
+process's pid, so a killed run's are removed by the next ``create()`` (``remove_strays``).
 """
 
 from __future__ import annotations
