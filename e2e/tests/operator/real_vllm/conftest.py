@@ -9,6 +9,9 @@ Fixtures:
 - ``built_models`` (session) the tiny scoring models (e2e/realvllm/tiny_models.py) in the ``built-models`` claim.
 - ``server_pool`` (session) servers shared by model and argv, two at a time, in their own namespace with the
   ``models`` and ``built-models`` claims (pool.py); every selected module's ``POOL`` wanted up front.
+- ``_held_slots`` (module, autouse) a module that starts vLLM of its own declares one ``slot`` per server in its
+  ``POOL``; they are held while its tests run, so the pool starts only what fits beside them on the runner's
+  two CPUs (a module that does not declare them leaves its own pods Pending on ``Insufficient cpu``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +111,19 @@ def server_pool(
     pool.close()
     deployer.close()
     cluster.delete_namespace(ns)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _held_slots(request: pytest.FixtureRequest) -> Iterator[None]:
+    slots = [doc for doc in getattr(request.module, "POOL", ()) if "slot" in doc]
+    if not slots:
+        yield
+        return
+    pool: ServerPool = request.getfixturevalue("server_pool")
+    with ExitStack() as held:
+        for doc in slots:
+            held.enter_context(pool.holding(doc))
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,16 @@ def _ready(cluster: ControlPlane, kind: str, namespace: str, name: str) -> dict[
     return st if ok and st.get("observedGeneration") == obj["metadata"]["generation"] else None
 
 
+def unscheduled(cluster: ControlPlane, namespace: str, prefix: str = "") -> list[str]:
+    """The scheduler's word on the pods of ``namespace`` (named ``prefix``...) it has not placed: a pod Pending on
+    the runner's two CPUs says ``Insufficient cpu`` here, where waiting for Ready would only time out."""
+    _, body = cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+    return [f"{p['metadata']['name']}: {c.get('reason')}: {c.get('message')}"
+            for p in body.get("items", []) if p["metadata"]["name"].startswith(prefix)
+            for c in (p.get("status") or {}).get("conditions") or []
+            if c["type"] == "PodScheduled" and c["status"] == "False"]  # fmt: skip
+
+
 class Deployer:
     """Applies services placed on the runner and waits until the operator reports them Ready; ``close``
     deletes them (and the model claims it made)."""
@@ -80,7 +90,9 @@ class Deployer:
             status = wait_for(ready, timeout=remaining, what=f"{kind}/{name} Ready (real vLLM start-up)")
         except Exception:
             logs = "\n".join(pod_runner.container_log(ns, p["name"]) for p in pod_runner.pods(ns))
-            raise AssertionError(f"{kind}/{name} never became Ready; container log tail:\n{logs}\n{pod_runner.tail()}") from None
+            pending = "\n".join(unscheduled(cluster, ns, f"{name}-")) or "none"
+            raise AssertionError(f"{kind}/{name} never became Ready; pods not scheduled: {pending}\n"
+                                 f"container log tail:\n{logs}\n{pod_runner.tail()}") from None
         [plan] = [p for p in pod_runner.pods(ns) if p["name"].startswith(f"{name}-")]
         seconds = self._ready_after(ns, plan["name"], began)
         print(f"real_vllm: {kind}/{name} Ready {seconds:.0f} s after apply")

@@ -25,7 +25,7 @@ from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.realvllm.kubelet import OWN_CORE_ANNOTATION
 from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
 from e2e.realvllm.traffic import RunnerTargets, SliceClient
-from e2e.tests.operator.real_vllm.conftest import Deployer, ServerPool
+from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.test_embeddings import minilm as embeddings_minilm
 
@@ -40,11 +40,6 @@ HEAVY_WORKERS, LIGHT_WORKERS, LIGHT_PAUSE = 32, 1, 0.2
 SCALE_DOWN_WINDOW = 20
 END_TO_END_LIMIT = 480.0  # the 8 minutes on the 2-core machine
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _slots(server_pool: ServerPool) -> Iterator[None]:
-    with server_pool.holding(POOL[0]), server_pool.holding(POOL[1]):
-        yield
 
 
 @pytest.fixture(scope="module")

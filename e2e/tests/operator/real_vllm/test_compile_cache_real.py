@@ -19,9 +19,15 @@ from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import MACHINE_OVERRIDES, SMALL_SERVER_RESOURCES, PodRunner, placed
 from e2e.tests.operator.real_vllm.conftest import Deployer
+from e2e.tests.operator.real_vllm.pool import slot
+from e2e.tests.operator.real_vllm.serving import unscheduled
 from pooling_operator.compile_cache.store import MANIFEST
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+
+# Both of the pool's slots while the two replicas run: a pool server (1 CPU) beside them leaves the second
+# replica Pending on the runner's two CPUs (Insufficient cpu).
+POOL = [slot("compile cache: replica 1"), slot("compile cache: replica 2")]
 
 # vLLM's own log lines (0.32, vllm/compilation/decorators.py): this CPU build compiles ahead of time (the
 # default from torch 2.10 on, envs.py:377-386) and saves the artifact (:743); a start that finds one loads it
@@ -88,11 +94,16 @@ def test_a_second_replica_loads_the_first_ones_graphs_and_another_argv_misses(
 
         began = time.monotonic()
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(placed(service(ns, "warm", 256, replicas=2))))
-        second = wait_for(lambda: next((p["metadata"]["name"] for p in _pods(cluster, ns, "warm")
-                                        if p["metadata"]["name"] != first.pod and any(
-                                            c["type"] == "Ready" and c["status"] == "True"
-                                            for c in (p.get("status") or {}).get("conditions") or [])), None),
-                          timeout=600, what="the second replica Ready")
+
+        def second_ready() -> str | None:
+            name = next((p["metadata"]["name"] for p in _pods(cluster, ns, "warm") if p["metadata"]["name"] != first.pod
+                         and any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in (p.get("status") or {}).get("conditions") or [])), None)  # fmt: skip
+            if name is None and (pending := unscheduled(cluster, ns, "warm-")):
+                raise AssertionError(pending)  # not yet; named on a timeout
+            return name
+
+        second = wait_for(second_ready, timeout=600, what="the second replica Ready")
         warm_seconds = time.monotonic() - began
         assert _key(pod_runner, ns, second) == key
         assert "compile cache hit" in _log(pod_runner, ns, second, "compile-cache-restore")

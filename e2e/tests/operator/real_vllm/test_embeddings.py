@@ -25,7 +25,7 @@ from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import PodRunner
 from e2e.standin import exporter as standin
-from e2e.tests.operator.real_vllm.conftest import Deployer, Served, ServerPool, oracle
+from e2e.tests.operator.real_vllm.conftest import Deployer, Served, oracle
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.routes import PROBES, answered, probe
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
@@ -69,11 +69,6 @@ def minilm(namespace: str, policy: str) -> dict[str, Any]:
 
 POOL = [slot("test_embeddings' own MiniLM server")]  # the server pool starts the next modules' servers beside it
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _slot(server_pool: ServerPool) -> Iterator[None]:
-    with server_pool.holding(POOL[0]):
-        yield
 
 
 @pytest.fixture(scope="module")

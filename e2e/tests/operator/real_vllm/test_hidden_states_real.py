@@ -17,7 +17,6 @@ import random
 import signal
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, placed
-from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
+from e2e.tests.operator.real_vllm.conftest import oracle
 from e2e.tests.operator.real_vllm.pool import slot
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1800)]
@@ -100,11 +99,6 @@ def tokenize(url: str, model: str, prompt: str) -> list[int]:
 
 POOL = [slot("the HiddenStateJob's vLLM sidecar")]  # the server pool starts one server beside it, not two
 
-
-@pytest.fixture(autouse=True)
-def _slot(server_pool: ServerPool) -> Iterator[None]:
-    with server_pool.holding(POOL[0]):
-        yield
 
 
 def test_hidden_state_job_through_vllms_own_connector(

@@ -25,12 +25,15 @@ from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, placed
 from e2e.standin.hub import Hub, Repo
 from e2e.tests.operator.real_vllm.conftest import Deployer, oracle
+from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.test_embeddings import cosine
 from e2e.tests.operator.test_services import cond, get, path
 from pooling_operator.api import cache_fill_contract as F
 from tests.factories import model_cache
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+
+POOL = [slot("model cache: the service served from the cache")]  # the pool starts one server beside it, not two
 
 SENTENCES = ["A man is eating food.", "Kubernetes schedules pods onto nodes.", ""]
 
