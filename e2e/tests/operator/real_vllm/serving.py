@@ -42,13 +42,11 @@ def _ready(cluster: ControlPlane, kind: str, namespace: str, name: str) -> dict[
     return st if ok and st.get("observedGeneration") == obj["metadata"]["generation"] else None
 
 
-def unscheduled(cluster: ControlPlane, namespace: str, prefix: str = "") -> list[str]:
-    """The scheduler's word on the pods of ``namespace`` (named ``prefix``...) it has not placed: a pod Pending on
-    the runner's two CPUs says ``Insufficient cpu`` here, where waiting for Ready would only time out."""
-    _, body = cluster.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+def unscheduled(pods: list[dict[str, Any]]) -> list[str]:
+    """The scheduler's word on those of ``pods`` it has not placed: a pod Pending on the runner's two CPUs says
+    ``Insufficient cpu`` here, where waiting for Ready would only time out."""
     return [f"{p['metadata']['name']}: {c.get('reason')}: {c.get('message')}"
-            for p in body.get("items", []) if p["metadata"]["name"].startswith(prefix)
-            for c in (p.get("status") or {}).get("conditions") or []
+            for p in pods for c in (p.get("status") or {}).get("conditions") or []
             if c["type"] == "PodScheduled" and c["status"] == "False"]  # fmt: skip
 
 
@@ -90,7 +88,9 @@ class Deployer:
             status = wait_for(ready, timeout=remaining, what=f"{kind}/{name} Ready (real vLLM start-up)")
         except Exception:
             logs = "\n".join(pod_runner.container_log(ns, p["name"]) for p in pod_runner.pods(ns))
-            pending = "\n".join(unscheduled(cluster, ns, f"{name}-")) or "none"
+            _, pods = cluster.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
+            mine = [p for p in pods.get("items", []) if p["metadata"]["name"].startswith(f"{name}-")]
+            pending = "\n".join(unscheduled(mine)) or "none"
             raise AssertionError(f"{kind}/{name} never became Ready; pods not scheduled: {pending}\n"
                                  f"container log tail:\n{logs}\n{pod_runner.tail()}") from None
         [plan] = [p for p in pod_runner.pods(ns) if p["name"].startswith(f"{name}-")]

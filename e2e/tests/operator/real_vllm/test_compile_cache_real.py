@@ -96,10 +96,11 @@ def test_a_second_replica_loads_the_first_ones_graphs_and_another_argv_misses(
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(placed(service(ns, "warm", 256, replicas=2))))
 
         def second_ready() -> str | None:
-            name = next((p["metadata"]["name"] for p in _pods(cluster, ns, "warm") if p["metadata"]["name"] != first.pod
+            pods = _pods(cluster, ns, "warm")
+            name = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"] != first.pod
                          and any(c["type"] == "Ready" and c["status"] == "True"
                                  for c in (p.get("status") or {}).get("conditions") or [])), None)  # fmt: skip
-            if name is None and (pending := unscheduled(cluster, ns, "warm-")):
+            if name is None and (pending := unscheduled(pods)):
                 raise AssertionError(pending)  # not yet; named on a timeout
             return name
 
