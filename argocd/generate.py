@@ -65,12 +65,20 @@ CHECKS: dict[str, Check] = {
     "HiddenStateJob": Check(
         about=(
             "Argo CD health of a vllm-pooling.io HiddenStateJob: Healthy only when Succeeded, Degraded when Failed or",
-            "when the spec breaks a vLLM rule (SpecValid=False), Progressing otherwise (shards running, or not yet",
-            "observed).",
+            "when the spec breaks a vLLM rule (SpecValid=False) or nothing can admit it (Kueue not installed, no such",
+            "LocalQueue), Suspended while Kueue holds it (Queued=True), Progressing otherwise (shards running, or",
+            "not yet observed).",
         ),
         what="the job",
         generations=False,  # the spec is immutable
-        rules=(INVALID, Rule("Failed", "True", "Degraded", "Failed"), Rule("Succeeded", "True", "Healthy", "Succeeded")),
+        rules=(
+            INVALID,
+            Rule("Failed", "True", "Degraded", "Failed"),
+            Rule("Succeeded", "True", "Healthy", "Succeeded"),
+            Rule("Queued", None, "Degraded", "Kueue is not installed", reason="KueueNotInstalled"),
+            Rule("Queued", None, "Degraded", "The LocalQueue does not exist", reason="LocalQueueNotFound"),
+            Rule("Queued", "True", "Suspended", "Waiting for Kueue to admit the job"),
+        ),
         otherwise=("Progressing", "Waiting for the shards"),
     ),
     "ModelCache": Check(

@@ -70,6 +70,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
   verbs: [get, list, watch, create, patch, update, delete]
+# Kueue's view of the jobs with spec.queue (their Queued condition): read only, never written.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads, localqueues]
+  verbs: [get, list, watch]
 # A DRA GPU share: each service's ResourceClaimTemplate (the scheduler's DRA plugin makes the claims).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]

@@ -66,6 +66,27 @@ class ConnectorSpec(Spec):
     )
 
 
+QueueName = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]  # a Kueue object's name that also goes into a label value: a DNS-1123 subdomain of at most 63 characters
+
+
+class QueueSpec(Spec):
+    """Admission through Kueue: the Job is created suspended in this LocalQueue and runs once Kueue admits it."""
+
+    name: QueueName = Field(
+        description="The LocalQueue (kueue.x-k8s.io) in the job's namespace; becomes the Job's kueue.x-k8s.io/queue-name "
+        "label. Kueue admits the Job when its ClusterQueue has quota for the pods' requests, possibly fewer shards "
+        "at once than spec.parallelism (partial admission; completions never change), and may suspend it again to "
+        "preempt it: each shard resumes from its manifest when re-admitted."
+    )
+    priority_class_name: QueueName | None = Field(
+        default=None,
+        description="A WorkloadPriorityClass (kueue.x-k8s.io); becomes the Job's kueue.x-k8s.io/priority-class "
+        "label. Default: the ClusterQueue's default priority.",
+    )
+
+
 class HiddenStateJobSpec(Spec):
     """An Indexed Job: each shard runs vLLM with extract_hidden_states and a driver feeding it prompts."""
 
@@ -102,6 +123,7 @@ class HiddenStateJobSpec(Spec):
     backoff_limit_per_shard: int = Field(
         default=3, ge=0, le=100, description="Retries of one shard before it counts as failed. Default 3."
     )
+    queue: QueueSpec | None = Field(default=None, description=QueueSpec.__doc__)
     template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pooling_operator import GROUP, VERSION
+from pooling_operator.api.kueue import API_VERSION as KUEUE_API_VERSION
 from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
 
-Role = Literal["owner", "policy", "child", "pod", "namespace", "read"]
+Role = Literal["owner", "policy", "child", "pod", "namespace", "queue", "read"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool = True
-    role: Role = "read"  # owner: reconciled; child: created and watched; pod, namespace: watched; read: on demand
+    role: Role = "read"  # owner: reconciled; child: created and watched; pod, namespace, queue (Kueue's): watched;
+    # read: on demand
 
     @property
     def group(self) -> str:
@@ -72,6 +74,9 @@ KINDS: dict[str, Kind] = {
         Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", role="child"),
         Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", role="child"),
         Kind("v1", "Pod", "pods", role="pod"),
+        # Kueue's, read only (api/kueue.py): the Workload of a queued job's Job and the LocalQueue it names
+        Kind(KUEUE_API_VERSION, "Workload", "workloads", role="queue"),
+        Kind(KUEUE_API_VERSION, "LocalQueue", "localqueues", role="queue"),
         Kind("v1", "Secret", "secrets"),
         Kind("v1", "Namespace", "namespaces", namespaced=False, role="namespace"),
         Kind("v1", "Event", "events"),
@@ -80,6 +85,8 @@ KINDS: dict[str, Kind] = {
 
 OWNER_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "owner")
 CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
+# The kinds whose reconcile makes a Job that Kueue may admit (spec.queue): a Workload's Job is their child.
+QUEUED_KINDS = ("HiddenStateJob",)
 # Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
 OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
 

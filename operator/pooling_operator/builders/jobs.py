@@ -6,8 +6,9 @@ import json
 import posixpath
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import HiddenStateJob, kueue
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
+from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
@@ -82,6 +83,24 @@ def driver_args(resource: HiddenStateJob, w: Workload, argv: list[str]) -> list[
     return args
 
 
+def queued(meta: dict[str, Any], queue: QueueSpec | None, parallelism: int) -> dict[str, Any]:
+    """A Job that Kueue admits: its labels and annotation added to `meta`, and the spec fields to start it
+    with (created suspended; from then on `suspend`, `parallelism` and the pod template's scheduling directives
+    are Kueue's, and the reconcile never applies an existing Job again). Nothing without a queue.
+
+    Partial admission (``job-min-parallelism: 1``: Kueue may run fewer shards at once when quota is short) is
+    asked for only where there is something to cut: Kueue's webhook refuses a minimum that is not below the
+    Job's parallelism (pkg/controller/jobs/job/job_webhook.go, validatePartialAdmissionCreate)."""
+    if queue is None:
+        return {}
+    meta["labels"][kueue.QUEUE_LABEL] = queue.name
+    if queue.priority_class_name:
+        meta["labels"][kueue.PRIORITY_LABEL] = queue.priority_class_name
+    if parallelism > 1:
+        meta.setdefault("annotations", {})[kueue.MIN_PARALLELISM_ANNOTATION] = "1"
+    return {"suspend": True}
+
+
 def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
     spec = resource.spec
     volumes, mounts = vllm_volumes(w, ctx.model_cache)
@@ -129,11 +148,14 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
         "containers": [driver],
         "volumes": volumes,
     }
+    meta = metadata(w, w.name, resource.metadata.uid)
+    job_spec: dict[str, Any] = queued(meta, spec.queue, spec.parallelism or spec.shards)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(w, w.name, resource.metadata.uid),
+        "metadata": meta,
         "spec": {
+            **job_spec,
             "completionMode": "Indexed",
             "completions": spec.shards,
             "parallelism": spec.parallelism or spec.shards,

@@ -17,7 +17,7 @@ import kopf
 
 from pooling_operator.api.identity import MANAGED_LABELS
 from pooling_operator.api.kinds import KINDS
-from pooling_operator.k8s.cache import Cache, index_key, project
+from pooling_operator.k8s.cache import Cache, index_key, project, queue_stored
 from pooling_operator.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 PREFIX = "operator.vllm-pooling.io"
 FINALIZER = f"{PREFIX}/finalizer"
 # Kinds whose CRD is absent (prometheus-operator, KEDA) are simply not served: kopf skips them.
-WATCHED = tuple(k for k in KINDS.values() if k.role in ("owner", "child", "pod", "policy", "namespace"))
+# Kueue's Workloads and LocalQueues (role queue) are watched in every namespace, unlabelled (Kueue makes them).
+WATCHED = tuple(k for k in KINDS.values() if k.role in ("owner", "child", "pod", "policy", "namespace", "queue"))
 
 
 def _index_id(kind: str) -> str:
@@ -54,6 +55,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     cache.policy_index = kwargs[_index_id("AutoscalingPolicy")]
     cache.children = {k.kind: kwargs[_index_id(k.kind)] for k in WATCHED if k.role in ("child", "pod")}
     cache.namespaces = kwargs[_index_id("Namespace")]
+    cache.workloads = kwargs[_index_id("Workload")]
+    cache.local_queues = kwargs[_index_id("LocalQueue")]
     indexes = [kwargs[_index_id(k.kind)] for k in WATCHED if k.role != "owner"] + [cache.owners]
     runtime.drop_indexed = lambda body: _drop_indexed(indexes, body)
     await runtime.start()
@@ -128,6 +131,18 @@ async def _policy_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_:
     runtime.on_policy(listed=type is None)
 
 
+def _queue_stored(body: kopf.Body, **_: Any) -> dict[Any, dict[str, Any]]:
+    found = queue_stored(_plain(body))
+    return {} if found is None else {found[0]: found[1]}
+
+
+async def _queue_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    """A Kueue Workload or LocalQueue changed: the queued jobs it concerns are reconciled (their Queued)."""
+    runtime: Runtime = memo.runtime
+    runtime.cache_synced()
+    runtime.on_queue(_plain(body))
+
+
 for _kind in WATCHED:
     _args = (_kind.group, _kind.version, _kind.plural)
     if _kind.role == "owner":
@@ -137,6 +152,9 @@ for _kind in WATCHED:
     elif _kind.role == "namespace":
         kopf.index(*_args, id=_index_id(_kind.kind))(_namespace_stored)
         kopf.on.event(*_args, id="event_namespace")(_namespace_event)
+    elif _kind.role == "queue":
+        kopf.index(*_args, id=_index_id(_kind.kind))(_queue_stored)
+        kopf.on.event(*_args, id=f"event_{_kind.kind.lower()}")(_queue_event)
     elif _kind.role == "policy":
         kopf.index(*_args, id=_index_id(_kind.kind))(_policy_stored)
         kopf.on.event(*_args, id="event_policy")(_policy_event)

@@ -131,6 +131,20 @@ class Kube:
                 return None
             raise
 
+    async def lookup(self, kind: Kind, namespace: str | None, name: str) -> tuple[dict[str, Any] | None, bool]:
+        """(the object or None, whether the API server serves the kind at all): a 404 for a missing object names
+        it in the Status's details, a 404 for a resource nobody serves (a CRD not installed) does not."""
+        try:
+            return await self.request("GET", kind.path(namespace, name)), True
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            try:
+                details = json.loads(exc.body).get("details") or {}
+            except (ValueError, AttributeError):
+                details = {}
+            return None, bool(details.get("name"))
+
     async def list(
         self, kind: Kind, namespace: str | None, selector: dict[str, str], fields: dict[str, str] | None = None
     ) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api.identity import COMPONENT_KINDS
-from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS
+from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
@@ -118,6 +118,8 @@ class Cache:
     children: Mapping[str, Index] = field(default_factory=dict)  # kind -> OwnerKey -> [child]
     policy_index: Index = field(default_factory=dict)  # name -> [AutoscalingPolicy]
     namespaces: Index | None = None  # name -> [labels]; None: namespaces are not watched
+    workloads: Index = field(default_factory=dict)  # (namespace, Job name) -> [Kueue Workload], projected (queue_stored)
+    local_queues: Index = field(default_factory=dict)  # (namespace, name) -> [Kueue LocalQueue], projected
     clock: Callable[[], float] = time.monotonic
     _written: dict[WrittenKey, _Written] = field(default_factory=dict)
     _by_parent: dict[str, set[WrittenKey]] = field(default_factory=dict)
@@ -149,6 +151,27 @@ class Cache:
                 continue
             source = (((self.owner(key) or {}).get("spec") or {}).get("model") or {}).get("source")
             if isinstance(source, dict) and isinstance(source.get("cache"), dict) and source["cache"].get("name") == name:
+                out.append(key)
+        return out
+
+    def workload_of(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The Kueue Workload that stands for this Job (its controller reference names the Job's uid)."""
+        meta = job["metadata"]
+        found = self.workloads.get((str(meta.get("namespace") or ""), str(meta["name"]))) or ()
+        return next((w for w in found if _controlled_by(w, str(meta.get("uid") or ""))), None)
+
+    def local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(iter(self.local_queues.get((namespace, name)) or ()), None)
+
+    def queued_owners(self, namespace: str, *, job: str | None = None, local_queue: str | None = None) -> list[OwnerKey]:
+        """The jobs of `namespace` with spec.queue that a Kueue object concerns: the one whose Job is named `job`
+        (a Workload's owner), or those whose spec.queue.name is `local_queue`."""
+        out = []
+        for key in self.owner_keys():
+            if key[0] not in QUEUED_KINDS or key[1] != namespace or (job is not None and key[2] != job):
+                continue
+            queue = ((self.owner(key) or {}).get("spec") or {}).get("queue")
+            if isinstance(queue, dict) and (local_queue is None or queue.get("name") == local_queue):
                 out.append(key)
         return out
 
@@ -241,6 +264,25 @@ class Cache:
 
 def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def queue_stored(body: Mapping[str, Any]) -> tuple[tuple[str, str], dict[str, Any]] | None:
+    """A Kueue object as the cache keeps it: a Workload under (namespace, its Job's name) with its conditions and
+    admission, a LocalQueue under (namespace, name) with its ClusterQueue; the rest (a Workload's pod sets are
+    whole pod templates) is dropped. None for a Workload that no Job controls (another framework's)."""
+    meta = body["metadata"]
+    namespace = str(meta.get("namespace") or "")
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "ownerReferences") if k in meta}
+    out: dict[str, Any] = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept_meta}
+    if body.get("kind") == "LocalQueue":
+        out["spec"] = {"clusterQueue": (body.get("spec") or {}).get("clusterQueue")}
+        return (namespace, str(meta["name"])), out
+    ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == "Job"), None)
+    if ref is None:
+        return None
+    status = body.get("status") or {}
+    out["status"] = {k: status[k] for k in ("conditions", "admission") if k in status}
+    return (namespace, str(ref["name"])), out
 
 
 def index_key(body: Mapping[str, Any]) -> OwnerKey | None:

@@ -1,6 +1,7 @@
 """HiddenStateJob: its part of the flow (reconcile/flow.py). The spec is immutable and the Job's pod template
-too, so an existing Job is never applied again (reconcile/writes.py); status comes from the Job, its pods and
-the driver's progress ConfigMap."""
+too, so an existing Job is never applied again (reconcile/writes.py): with spec.queue that is also what leaves
+`suspend`, `parallelism` and the scheduling directives to Kueue. Status comes from the Job, its pods, the
+driver's progress ConfigMap and, for a queued job, Kueue's Workload and LocalQueue (status/queue.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,24 @@ from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status.jobs import job_status
+from pooling_operator.status.queue import QueueObserved, suspended
 
 CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
 NO_POLICIES = PolicySet()  # jobs follow no AutoscalingPolicy
+
+
+async def queue_observed(ctx: Context, resource: HiddenStateJob, job: dict[str, Any] | None) -> QueueObserved:
+    """Kueue's side of a queued job, from the watch-fed cache. One read, only while the Job is suspended and
+    Kueue has made no Workload for it and no LocalQueue of that name is watched: does the LocalQueue exist,
+    and is Kueue installed at all (a 404 that names no object)?"""
+    assert resource.spec.queue is not None
+    namespace, name = resource.metadata.namespace or "", resource.spec.queue.name
+    workload = ctx.cache.workload_of(job) if job is not None else None
+    local_queue = ctx.cache.local_queue(namespace, name)
+    if job is None or workload is not None or local_queue is not None or not suspended(job):
+        return QueueObserved(workload, local_queue)
+    local_queue, installed = await ctx.kube.lookup(KINDS["LocalQueue"], namespace, name)
+    return QueueObserved(None, local_queue, installed)
 
 
 class Jobs:
@@ -48,7 +64,8 @@ class Jobs:
             fields = {"involvedObject.kind": "Job", "involvedObject.name": meta["name"], "reason": "FailedCreate"}
             refusals = [e for e in await ctx.kube.list(KINDS["Event"], meta.get("namespace"), {}, fields)
                         if (e.get("involvedObject") or {}).get("uid") == job["metadata"].get("uid")]
-        return job_status(resource, job, configmap, pods, refusals), True
+        queue = await queue_observed(ctx, resource, job) if resource.spec.queue is not None else None
+        return job_status(resource, job, configmap, pods, refusals, queue), True
 
     async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],
                     old_status: dict[str, Any]) -> None:

@@ -152,6 +152,19 @@ class Runtime:
             self._settled.discard(key)
             self._add(key)
 
+    def on_queue(self, body: dict[str, Any]) -> None:
+        """A Kueue Workload (admitted, pending, preempted) or LocalQueue changed: the queued jobs it concerns."""
+        meta = body["metadata"]
+        namespace = str(meta.get("namespace") or "")
+        if body.get("kind") == "LocalQueue":
+            keys = self.ctx.cache.queued_owners(namespace, local_queue=str(meta["name"]))
+        else:
+            ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == "Job"), None)
+            keys = [] if ref is None else self.ctx.cache.queued_owners(namespace, job=str(ref["name"]))
+        for key in keys:
+            self._settled.discard(key)
+            self._add(key)
+
     def on_policy(self, listed: bool = False) -> None:
         """A policy appeared, changed or went away: every service may follow another one now. A policy only
         listed (kopf's initial listing) changes nothing the first full pass does not already cover."""

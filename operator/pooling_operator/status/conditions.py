@@ -16,6 +16,7 @@ the other's entries.
 | MetricsAvailable | the autoscaler's queries return data | autoscaling/ | services with backend operator |
 | ScalingLimited | a bound (min, max, policy cap, GPU budget, unplaceable pods) stops the desired replica count | autoscaling/ | services with backend operator |
 | Succeeded / Failed | every shard wrote _SUCCESS / a shard exhausted its retries or the budget | status/ (reconcile) | jobs |
+| Queued | a job with spec.queue waits for Kueue to admit it (again); False once admitted | status/ (reconcile), from the Job and Kueue's Workload | jobs with spec.queue |
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ METRICS_AVAILABLE = "MetricsAvailable"
 SCALING_LIMITED = "ScalingLimited"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
-TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SUCCEEDED, FAILED)
+QUEUED = "Queued"
+TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SUCCEEDED, FAILED, QUEUED)
 AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED)  # owned by the autoscaler's field manager
 
 # ---- reasons -------------------------------------------------------------------------------------------------
@@ -77,6 +79,15 @@ STORAGE_BUDGET_EXCEEDED = "StorageBudgetExceeded"  # Failed True
 DATASET_UNREADABLE = "DatasetUnreadable"  # Failed True
 OUTPUT_VOLUME_FULL = "OutputVolumeFull"  # Failed True
 SHARD_FAILED = "ShardFailed"  # Failed True
+# Queued (jobs with spec.queue; status/queue.py). True: the Job is suspended, waiting for Kueue.
+KUEUE_NOT_INSTALLED = "KueueNotInstalled"  # True: kueue.x-k8s.io is not served; nothing will admit the Job
+LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"  # True: the LocalQueue spec.queue.name does not exist
+WAITING_FOR_WORKLOAD = "WaitingForWorkload"  # True: Kueue has not made the Job's Workload yet
+WAITING_FOR_QUOTA = "WaitingForQuota"  # True: the Workload waits for quota in its ClusterQueue (Kueue's message)
+WAITING_FOR_ADMISSION_CHECKS = "WaitingForAdmissionChecks"  # True: quota reserved, admission checks pending
+PREEMPTED = "Preempted"  # True: Kueue preempted the job (suspended it); shards resume from their manifests
+EVICTED = "Evicted"  # True: Kueue evicted the job for another reason (its own, in the message)
+ADMITTED = "Admitted"  # False: Kueue admitted the job; its pods run
 
 # ModelCache (its Failed reasons are the fill's: api/cache_fill_contract.py REASONS)
 FILLED = "Filled"  # Ready True: a verified snapshot is in place
@@ -88,6 +99,8 @@ WAITING_FOR_MODEL_CACHE = "WaitingForModelCache"  # Ready False: the cache is mi
 
 # Conditions whose True (or False) is bad news: their flips become Warning events.
 _BAD_WHEN_TRUE = (DEGRADED, FAILED, SCALING_LIMITED)
+# Queued=True is the ordinary way of a queued job, except where nothing will ever admit it as it stands.
+_BAD_QUEUED_REASONS = (KUEUE_NOT_INSTALLED, LOCAL_QUEUE_NOT_FOUND)
 _BAD_WHEN_FALSE = (SPEC_VALID, READY, METRICS_AVAILABLE)
 
 
@@ -121,12 +134,18 @@ _QUIET_ON_FIRST_VISIT = (READY, PROGRESSING, DEGRADED, SUCCEEDED, FAILED)
 
 
 def announced(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """The events a status change posts, as (type Normal|Warning, reason, message): one per flipped condition,
+    """The events a status change posts, as (type Normal|Warning, reason, message): one per flipped condition
+    (and per new reason of Queued),
     except on the first visit, where a lifecycle condition that is False or Unknown has not flipped from
     anything (no noise for a resource that is merely new)."""
     first_visit = not old
     out = []
-    for cond in flips(old, new):
+    before = {c.get("type"): c.get("reason") for c in old or []}
+    # Queued changes its reason while it stays True (waiting for quota -> admitted -> preempted -> waiting):
+    # each step is news to whoever watches the job.
+    requeued = [c for c in new if c["type"] == QUEUED and c["type"] in before and before[c["type"]] != c["reason"]
+                and c not in flips(old, new)]
+    for cond in flips(old, new) + requeued:
         if first_visit and cond["status"] in ("False", "Unknown") and cond["type"] in _QUIET_ON_FIRST_VISIT:
             continue
         out.append((event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}"))
@@ -137,7 +156,7 @@ def event_type(cond: dict[str, Any]) -> str:
     """Warning for a flip into bad news, Normal otherwise."""
     bad = (cond["type"] in _BAD_WHEN_TRUE and cond["status"] == "True") or (
         cond["type"] in _BAD_WHEN_FALSE and cond["status"] == "False"
-    )
+    ) or (cond["type"] == QUEUED and cond["status"] == "True" and cond["reason"] in _BAD_QUEUED_REASONS)
     return "Warning" if bad else "Normal"
 
 

@@ -11,6 +11,7 @@ from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
+from pooling_operator.status.queue import QueueObserved, admission
 
 # The shard states that name the reason of a failed Job, in the order looked for: those that end the Job at once.
 FAILURE_REASONS = {
@@ -75,9 +76,10 @@ def storage_estimate(progress: dict[int, dict[str, Any]], layers: int, shards: i
 def job_status(
     resource: HiddenStateJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
+    queue: QueueObserved | None = None,
 ) -> dict[str, Any]:
     """The whole status; `refusals` are the FailedCreate events of the Job (its controller reports a quota or
-    PodSecurity refusal nowhere else)."""
+    PodSecurity refusal nowhere else); `queue` what was seen of Kueue for a job with spec.queue (Queued)."""
     spec, generation = resource.spec, resource.metadata.generation
     js = (job or {}).get("status") or {}
     job_conditions = {c.get("type"): c for c in js.get("conditions") or [] if c.get("status") == "True"}
@@ -121,7 +123,13 @@ def job_status(
         )
         ready = condition(C.READY, running, C.RUNNING if running else C.CREATING, "The job is running." if running else "The Job is being created.", generation)
     finished = "Complete" in job_conditions or "Failed" in job_conditions
-    placement = None if finished else placement_problem(job, pods or [], refusals)
+    admitted = None if spec.queue is None else admission(spec.queue, job, queue or QueueObserved(), spec.parallelism or spec.shards)
+    placement = None if finished or (admitted and admitted.waiting) else placement_problem(job, pods or [], refusals)
+    if admitted is not None and admitted.waiting and not finished:
+        # Held by Kueue (never started, or preempted): not failed, not progressing, nothing to place yet.
+        ready = condition(C.READY, False, admitted.reason, admitted.message, generation)
+        progressing = condition(C.PROGRESSING, False, admitted.reason, admitted.message, generation)
+        succeeded = condition(C.SUCCEEDED, False, admitted.reason, "Not finished yet.", generation)
     if placement is not None:
         # Pods that cannot be created or placed: say so at once, in the controller's or scheduler's words.
         ready = condition(C.READY, False, placement.reason, placement.message, generation)
@@ -131,7 +139,8 @@ def job_status(
     out_path = spec.output.volume
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": [ready, condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation), progressing, degraded, succeeded, failed],
+        "conditions": [ready, condition(C.SPEC_VALID, True, C.VALID, "Every rule holds.", generation), progressing, degraded, succeeded, failed,
+                       *([admitted.condition(generation)] if admitted is not None else [])],
         "shards": shards,
         "samples": samples,
         "bytesWritten": written,

@@ -1,6 +1,7 @@
 -- Argo CD health of a vllm-pooling.io HiddenStateJob: Healthy only when Succeeded, Degraded when Failed or
--- when the spec breaks a vLLM rule (SpecValid=False), Progressing otherwise (shards running, or not yet
--- observed). Uses only base Lua (argocd-cm scripts get no string/math libraries by default).
+-- when the spec breaks a vLLM rule (SpecValid=False) or nothing can admit it (Kueue not installed, no such
+-- LocalQueue), Suspended while Kueue holds it (Queued=True), Progressing otherwise (shards running, or
+-- not yet observed). Uses only base Lua (argocd-cm scripts get no string/math libraries by default).
 local hs = {}
 if obj.status == nil or obj.status.observedGeneration == nil then
   hs.status = "Progressing"
@@ -35,6 +36,21 @@ end
 if conditions["Succeeded"] ~= nil and conditions["Succeeded"].status == "True" then
   hs.status = "Healthy"
   hs.message = says(conditions["Succeeded"], "Succeeded")
+  return hs
+end
+if conditions["Queued"] ~= nil and conditions["Queued"].reason == "KueueNotInstalled" then
+  hs.status = "Degraded"
+  hs.message = says(conditions["Queued"], "Kueue is not installed")
+  return hs
+end
+if conditions["Queued"] ~= nil and conditions["Queued"].reason == "LocalQueueNotFound" then
+  hs.status = "Degraded"
+  hs.message = says(conditions["Queued"], "The LocalQueue does not exist")
+  return hs
+end
+if conditions["Queued"] ~= nil and conditions["Queued"].status == "True" then
+  hs.status = "Suspended"
+  hs.message = says(conditions["Queued"], "Waiting for Kueue to admit the job")
   return hs
 end
 hs.status = "Progressing"
