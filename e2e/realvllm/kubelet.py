@@ -4,8 +4,9 @@ Test-only (it lives in ``e2e/``). kwok marks its own pods Ready by itself, so pr
 this node a pod is Ready only when the real process answers its readiness probe. The runner:
 
 - registers its Node (labelled and tainted ``vllm-pooling.io/e2e-runner=real-vllm`` so only pods that ask for
-  it land here; capacity is this machine's CPUs and memory) and keeps its Lease in ``kube-node-lease`` and its
-  Ready condition fresh, as a kubelet's heartbeat does;
+  it land here; capacity is this machine's CPUs and memory, plus ``RUNNER_GPUS`` ``nvidia.com/gpu`` the runner
+  never uses, so a pod that requests a GPU schedules here and runs on the CPU) and keeps its Lease in
+  ``kube-node-lease`` and its Ready condition fresh, as a kubelet's heartbeat does;
 - watches the Pods bound to the node; for each, plans every container as a local process
   (``podspec.plan_pod``: volumes → folders, ports → one free local port per containerPort for the whole pod,
   a mapped image's command → a local program, and nothing else in the argv changed), and runs them in the
@@ -56,6 +57,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from e2e.harness.config import GPU_RESOURCE
 from e2e.harness.processes import _free_ports
 from e2e.realvllm import podspec
 from e2e.realvllm.pods import PodWorker, mount_namespaces, now_iso
@@ -104,9 +106,15 @@ def node_manifest(name: str) -> dict[str, Any]:
     }
 
 
+# Advertised, never used: a pod's GPU request (a HiddenStateJob's sidecar with gpu.count 1, run by the vLLM
+# stand-in image) only has to schedule here; the runner gives a process no device, and there is none.
+RUNNER_GPUS = 4
+
+
 def node_capacity() -> dict[str, str]:
     mem_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
-    return {"cpu": str(os.cpu_count() or 1), "memory": f"{mem_kib}Ki", "pods": "16", "ephemeral-storage": "100Gi"}
+    return {"cpu": str(os.cpu_count() or 1), "memory": f"{mem_kib}Ki", "pods": "16", "ephemeral-storage": "100Gi",
+            GPU_RESOURCE: str(RUNNER_GPUS)}  # fmt: skip
 
 
 class Runner:

@@ -16,10 +16,16 @@ from e2e.harness.processes import _child_setup, stop_pid, stop_process
 from e2e.realvllm.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
 from e2e.realvllm.podspec import image_repository
 from e2e.realvllm.runtime import MODELS, Runtime
+from e2e.standin import vllm_cli
 from pooling_operator import OPERATOR_IMAGE
 
 # The operator's own programs (pooling-operator: the hidden-state driver) as this repository's .venv has them.
 OPERATOR_BIN = Path(sys.executable).parent
+
+# Test-only: an image whose `vllm` is the hidden-state stand-in (e2e/standin/vllm_cli.py), not vLLM: a
+# HiddenStateJob with engine.image set to it (and engine.version "0.32", which no tag here says) runs in seconds,
+# for tests of the Job's plumbing. Its bin folder is written into the runner's state folder at start.
+STANDIN_IMAGE = "vllm-standin:test"
 
 # Test-only: lets vLLM 0.32's hidden-states connector write on a CPU (its docstring says how, and how little).
 CONNECTOR_SHIM = Path(__file__).resolve().parent / "connector_shim"
@@ -84,6 +90,7 @@ class PodRunner:
         self.log = Path(cluster.run_dir) / "logs" / f"{name}.log"
         self.data_dir = self.state_dir / "claims" / DATA_CLAIM
         self.built_dir = self.state_dir / "claims" / BUILT_CLAIM
+        self.standin_bin = self.state_dir / "standin-bin"
         self.proc: subprocess.Popen[bytes] | None = None
         self.argv = [
             sys.executable, "-m", "e2e.realvllm.kubelet",
@@ -97,6 +104,8 @@ class PodRunner:
             *[f"--env={k}={v}" for k, v in rt.env().items()],  # beneath each container's own env
             # the operator's image (the hidden-state driver) runs this repository's .venv: its pooling-operator
             f"--image={image_repository(OPERATOR_IMAGE)}={OPERATOR_BIN}",
+            # the stand-in image: its `vllm` runs the hidden-state stand-in in this interpreter (STANDIN_IMAGE)
+            f"--image={image_repository(STANDIN_IMAGE)}={self.standin_bin}",
             # vllm only: the connector shim (test-only, see CONNECTOR_SHIM), so the hidden-states connector writes on a CPU
             f"--program-env=vllm=PYTHONPATH={CONNECTOR_SHIM}",
             # a machine override: one torch.compile cache for the run's vLLM servers, so a restart starts warm
@@ -105,6 +114,7 @@ class PodRunner:
 
     def start(self, timeout: float = 60) -> PodRunner:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        vllm_cli.write_bin(self.standin_bin)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
