@@ -54,6 +54,17 @@ THIRD_PARTY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
 )
+# Kueue (e2e/kueue.py): every kind of its API, since its manager starts controllers and informers for all of them
+# (AdmissionCheck, Cohort, Topology, MultiKueue, ProvisioningRequestConfig too). Served at v1beta1 and v1beta2
+# (storage); e2e/kueue.py sets the conversion webhook of the kinds Kueue converts while it runs.
+KUEUE_MODULE = build.CONTROLLER_MODULES["kueue"]
+KUEUE_CRDS = tuple(
+    f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
+    for plural in (
+        "resourceflavors", "clusterqueues", "localqueues", "workloads", "workloadpriorityclasses", "cohorts",
+        "admissionchecks", "topologies", "provisioningrequestconfigs", "multikueueconfigs", "multikueueclusters",
+    )
+)
 OUR_CRDS_DIR = REPO_ROOT / "crds"
 
 
@@ -63,22 +74,35 @@ def _say(msg: str) -> None:
 
 def third_party_crd_files(log: Callable[[str], None] | None = None) -> list[Path]:
     """Paths of the cached third-party CRD files, downloading the modules on first use."""
-    log = log or _say
     out = []
     for module, version, files in THIRD_PARTY:
-        cache = build.cache_home() / "crds" / f"{module.replace('/', '_')}@{version}"
-        wanted = [cache / Path(f).name for f in files]
-        if not all(p.is_file() for p in wanted):
-            moddir = _download(module, version, log)
-            cache.mkdir(parents=True, exist_ok=True)
-            for rel, dest in zip(files, wanted, strict=True):
-                tmp = dest.with_suffix(".tmp")
-                shutil.copyfile(moddir / rel, tmp)
-                os.replace(tmp, dest)
-            (cache / "SOURCE").write_text(f"{module}@{version}\n" + "".join(f"{f}\n" for f in files))
-            log(f"Cached {len(files)} CRDs of {module}@{version} in {cache}")
-        out.extend(wanted)
+        out.extend(module_files(module, version, files, log))
     return out
+
+
+def kueue_crd_files(log: Callable[[str], None] | None = None) -> list[Path]:
+    """Kueue's CRDs at the version the controllers' go.mod pins (``e2e/kueue.py`` installs them when it starts
+    Kueue; they are not among ``THIRD_PARTY``, which every session installs)."""
+    return module_files(KUEUE_MODULE, build.controller_versions()["kueue"], KUEUE_CRDS, log)
+
+
+def module_files(module: str, version: str, files: Iterable[str], log: Callable[[str], None] | None = None) -> list[Path]:
+    """``files`` (paths inside ``module@version``) from the cache, downloading the module on first use."""
+    log = log or _say
+    files = tuple(files)
+    cache = build.cache_home() / "crds" / f"{module.replace('/', '_')}@{version}"
+    wanted = [cache / Path(f).name for f in files]
+    if not all(p.is_file() for p in wanted):
+        moddir = _download(module, version, log)
+        cache.mkdir(parents=True, exist_ok=True)
+        for rel, dest in zip(files, wanted, strict=True):
+            tmp = dest.with_suffix(".tmp")
+            shutil.copyfile(moddir / rel, tmp)
+            os.replace(tmp, dest)
+        with open(cache / "SOURCE", "a") as fh:
+            fh.write(f"{module}@{version}\n" + "".join(f"{f}\n" for f in files))
+        log(f"Cached {len(files)} files of {module}@{version} in {cache}")
+    return wanted
 
 
 def _download(module: str, version: str, log: Callable[[str], None]) -> Path:
