@@ -48,6 +48,10 @@ def _structural(node: Any) -> Any:
             raise ValueError(f"cannot express a union of {branches} structurally")
         if nullable:
             node["nullable"] = True
+            if isinstance(node.get("enum"), list) and None not in node["enum"]:
+                # The API server checks a nullable field's null against its enum ("Unsupported value: null"):
+                # an explicit null must be one of the values, as pydantic takes it (unset).
+                node["enum"] = [*node["enum"], None]
     if node.get("x-kubernetes-int-or-string"):
         node.pop("anyOf", None)
         node.pop("type", None)
