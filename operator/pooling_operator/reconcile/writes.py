@@ -1,4 +1,4 @@
-"""The writes of a reconcile: children applied together (a Job last), what is no longer desired deleted, a
+"""The writes of a reconcile: children applied together (a RoleBinding and a Job last), what is no longer desired deleted, a
 child the API server refuses raised as ChildRefused, and status written only when it changed."""
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ from pooling_operator.status import conditions
 from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
+
+# Applied once the rest has been answered: a Job's pods need the ServiceAccount and Role it comes with, and the
+# API server answers a RoleBinding created beside its Role (the same wave) with 404 while it checks the binding
+# against a Role it cannot find yet.
+SECOND_WAVE = ("RoleBinding", "Job")
+
 
 class ChildRefused(Exception):
     """The API server refused a child built from the spec (a bad toleration, affinity or env source the user
@@ -45,8 +51,8 @@ async def converge(
     """Apply what differs (`desired` carries the applied-hash annotation), delete what is no longer desired;
     returns the children as they are now. Every write is remembered by the cache until the watch shows it.
 
-    The applies of one resource go out together (a Deployment does not wait for its Service), but a Job goes
-    last: its pods need the ServiceAccount and Role that come with it. The first refusal is raised once every
+    The applies of one resource go out together (a Deployment does not wait for its Service), but a RoleBinding
+    and a Job go last (SECOND_WAVE). The first refusal is raised once every
     apply has been answered: ChildRefused when the API server refused a child for what the spec says."""
     try:
         return await _converge(ctx, memory, body, desired, observed)
@@ -67,7 +73,7 @@ async def _converge(
             and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
     done: dict[str, list[str]] = {"Created": [], "Updated": []}
     try:
-        for wave in ([o for o in todo if o["kind"] != "Job"], [o for o in todo if o["kind"] == "Job"]):
+        for wave in ([o for o in todo if o["kind"] not in SECOND_WAVE], [o for o in todo if o["kind"] in SECOND_WAVE]):
             results = await asyncio.gather(*(_apply_child(ctx, memory, body, o, observed) for o in wave), return_exceptions=True)
             refused = [r for r in results if isinstance(r, BaseException)]
             for obj, result in zip(wave, results, strict=True):
