@@ -46,12 +46,11 @@ def _structural(node: Any) -> Any:
             node = {**branches[0], **node}
         else:  # pragma: no cover - every union in the API is X | None or int | str
             raise ValueError(f"cannot express a union of {branches} structurally")
-        if nullable:
+        if nullable and "enum" not in node:
+            # (Not an enum: the API server checks a nullable field's null against its enum, "Unsupported value:
+            # null", even with null among the values. A non-nullable field's null is pruned, i.e. unset, which
+            # is what validate (pydantic) makes of it.)
             node["nullable"] = True
-            if isinstance(node.get("enum"), list) and None not in node["enum"]:
-                # The API server checks a nullable field's null against its enum ("Unsupported value: null"):
-                # an explicit null must be one of the values, as pydantic takes it (unset).
-                node["enum"] = [*node["enum"], None]
     if node.get("x-kubernetes-int-or-string"):
         node.pop("anyOf", None)
         node.pop("type", None)
