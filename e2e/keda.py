@@ -23,8 +23,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +31,7 @@ from e2e.harness.netns import Netns
 from e2e.harness.pki import issue
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
+from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
 
 if TYPE_CHECKING:
     from e2e.controlplane import ControlPlane
@@ -45,46 +44,33 @@ RELAY_PORT = 6443  # the adapter's port as its Endpoints name it, inside the nam
 __all__ = ["HPA_SYNC_SECONDS", "Keda"]
 
 
-class Keda:
+class Keda(Controller):
+    LOGS = ("keda-operator", "keda-adapter")
+
     def __init__(self, cluster: ControlPlane, binaries: dict[str, Path]):
-        self.cluster = cluster
-        self.binaries = binaries
-        self.dir = Path(cluster.run_dir) / "keda"
-        self.log_dir = self.dir / "logs"
+        super().__init__(cluster, binaries, "keda")
         self.components: dict[str, Component] = {}
         self.netns: Netns | None = None
-        self.ports: dict[str, int] = {}
-        self.started_seconds = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 180) -> Keda:
-        began = time.monotonic()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self.netns = Netns("keda").create()
-            svc = f"{ADAPTER_SERVICE}.{NAMESPACE}.svc"
-            op = f"{OPERATOR_SERVICE}.{NAMESPACE}.svc"
-            certs = issue(self.cluster.pki, self.dir / "certs", "keda",
-                          [svc, f"{svc}.cluster.local", op, f"{op}.cluster.local", "localhost"],
-                          ["127.0.0.1", self.netns.inner_ip])
-            names = ["operator-metrics", "operator-probe", "operator-grpc", "adapter", "adapter-metrics"]
-            self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
-            self._namespace()
-            self._spawn("keda-operator", self._operator_argv(certs["tls.crt"].parent))
-            probe = f"http://127.0.0.1:{self.ports['operator-probe']}/readyz"
-            wait_for(lambda: _http_ok(probe), timeout=timeout, what="keda-operator /readyz", alive=self._alive)
-            self._spawn("keda-adapter", self._adapter_argv(certs))
-            self.netns.relay(RELAY_PORT, self.ports["adapter"])
-            self._register(certs["ca.crt"])
-            wait_for(self._available, timeout=timeout, what=f"APIService {APISERVICE} Available", alive=self._alive)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                print(self.log_tails(40))
-            self.stop()
-            raise
-        self.started_seconds = time.monotonic() - began
-        return self
+    def _start(self, timeout: float) -> None:
+        self.netns = Netns("keda").create()
+        svc = f"{ADAPTER_SERVICE}.{NAMESPACE}.svc"
+        op = f"{OPERATOR_SERVICE}.{NAMESPACE}.svc"
+        certs = issue(self.cluster.pki, self.dir / "certs", "keda",
+                      [svc, f"{svc}.cluster.local", op, f"{op}.cluster.local", "localhost"],
+                      ["127.0.0.1", self.netns.inner_ip])
+        names = ["operator-metrics", "operator-probe", "operator-grpc", "adapter", "adapter-metrics"]
+        self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        self._namespace()
+        self._spawn("keda-operator", self._operator_argv(certs["tls.crt"].parent))
+        probe = f"http://127.0.0.1:{self.ports['operator-probe']}/readyz"
+        wait_for(lambda: http_ok(probe), timeout=timeout, what="keda-operator /readyz", alive=self._alive)
+        self._spawn("keda-adapter", self._adapter_argv(certs))
+        self.netns.relay(RELAY_PORT, self.ports["adapter"])
+        self._register(certs["ca.crt"])
+        wait_for(self._available, timeout=timeout, what=f"APIService {APISERVICE} Available", alive=self._alive)
 
     def stop(self) -> None:
         api = self.cluster.api
@@ -98,22 +84,7 @@ class Keda:
             self.netns.close()
             self.netns = None
 
-    def __enter__(self) -> Keda:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- what the tests read ----------------------------------------------------------------------
-
-    def log_tails(self, lines: int = 30) -> str:
-        out = []
-        for name in ("keda-operator", "keda-adapter"):
-            p = self.log_dir / f"{name}.log"
-            if p.exists():
-                out.append(f"----- {name} ({p}) -----")
-                out.extend(p.read_text(errors="replace").splitlines()[-lines:])
-        return "\n".join(out)
 
     def external_metric(self, namespace: str, metric: str, scaled_object: str) -> list[dict[str, Any]]:
         """What the HPA reads: the adapter's answer through the API server (and the netns hop)."""
@@ -175,11 +146,8 @@ class Keda:
         ]
 
     def _namespace(self) -> None:
-        api = self.cluster.api
-        assert api is not None
-        status, body = api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        if status not in (201, 409):
-            raise RuntimeError(f"creating namespace {NAMESPACE}: {status} {body}")
+        assert self.cluster.api is not None
+        ensure_namespace(self.cluster.api, NAMESPACE)
 
     def _register(self, ca: Path) -> None:
         """The selector-less Service, its Endpoints (the namespace's address) and the APIService."""
@@ -215,11 +183,4 @@ class Keda:
             if rc is not None:
                 raise RuntimeError(f"{c.name} exited with {rc}:\n{self.log_tails(40)}")
 
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as r:
-            return r.status == 200
-    except OSError:
-        return False
 

@@ -30,8 +30,6 @@ import base64
 import contextlib
 import os
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +41,7 @@ from e2e.harness.pki import issue
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
 from e2e.harness.rest import ApiError
+from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
 
 if TYPE_CHECKING:
     from e2e.controlplane import ControlPlane
@@ -93,48 +92,35 @@ def mount_namespaces() -> str | None:
     return None
 
 
-class Kueue:
+class Kueue(Controller):
+    LOGS = ("kueue",)
+
     def __init__(self, cluster: ControlPlane, binaries: dict[str, Path]):
-        self.cluster = cluster
-        self.binaries = binaries
-        self.dir = Path(cluster.run_dir) / "kueue"
-        self.log_dir = self.dir / "logs"
+        super().__init__(cluster, binaries, "kueue")
         self.component: Component | None = None
-        self.ports: dict[str, int] = {}
-        self.started_seconds = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 180) -> Kueue:
-        began = time.monotonic()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            install_crds(self.cluster, kueue_crd_files(), timeout=timeout)
-            certs = issue(self.cluster.pki, self.dir / "certs", "kueue", ["localhost"], ["127.0.0.1"])
-            self.ports = dict(zip(("webhook", "health", "metrics"), _free_ports(3), strict=True))
-            self._namespace()
-            config = self.dir / "config.yaml"
-            config.write_text(yaml.safe_dump(self._config(certs["tls.crt"].parent)))
-            scratch = self.dir / "etc-overlay"
-            scratch.mkdir(exist_ok=True)
-            argv = [str(self.binaries["kueue"]), f"--config={config}", "--feature-gates=VisibilityOnDemand=false",
-                    "--zap-log-level=info", "--zap-encoder=console"]
-            wrapped = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT, "sh",
-                       str(scratch), str(certs["tls.crt"].parent), *argv]
-            self.component = spawn("kueue", wrapped, self.log_dir / "kueue.log", run_id=self.cluster.run_id,
-                                   cwd=self.dir, env=self._env())
-            probe = f"http://127.0.0.1:{self.ports['health']}/readyz"
-            wait_for(lambda: _http_ok(probe), timeout=timeout, what="kueue /readyz", alive=self._alive)
-            self._register(certs["ca.crt"])
-            wait_for(self._webhook_answers, timeout=timeout, what="Kueue's Job webhook through the API server",
-                     alive=self._alive)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                print(self.log_tails(40))
-            self.stop()
-            raise
-        self.started_seconds = time.monotonic() - began
-        return self
+    def _start(self, timeout: float) -> None:
+        install_crds(self.cluster, kueue_crd_files(), timeout=timeout)
+        certs = issue(self.cluster.pki, self.dir / "certs", "kueue", ["localhost"], ["127.0.0.1"])
+        self.ports = dict(zip(("webhook", "health", "metrics"), _free_ports(3), strict=True))
+        self._namespace()
+        config = self.dir / "config.yaml"
+        config.write_text(yaml.safe_dump(self._config(certs["tls.crt"].parent)))
+        scratch = self.dir / "etc-overlay"
+        scratch.mkdir(exist_ok=True)
+        argv = [str(self.binaries["kueue"]), f"--config={config}", "--feature-gates=VisibilityOnDemand=false",
+                "--zap-log-level=info", "--zap-encoder=console"]
+        wrapped = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT, "sh",
+                   str(scratch), str(certs["tls.crt"].parent), *argv]
+        self.component = spawn("kueue", wrapped, self.log_dir / "kueue.log", run_id=self.cluster.run_id,
+                               cwd=self.dir, env=self._env())
+        probe = f"http://127.0.0.1:{self.ports['health']}/readyz"
+        wait_for(lambda: http_ok(probe), timeout=timeout, what="kueue /readyz", alive=self._alive)
+        self._register(certs["ca.crt"])
+        wait_for(self._webhook_answers, timeout=timeout, what="Kueue's Job webhook through the API server",
+                 alive=self._alive)
 
     def stop(self) -> None:
         """Webhooks and conversion off first (failurePolicy Fail must not outlive the server), then the process."""
@@ -151,19 +137,7 @@ class Kueue:
             stop_process(self.component.proc, 10, start_time=self.component.start_time)
             self.component = None
 
-    def __enter__(self) -> Kueue:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- what the tests use -----------------------------------------------------------------------
-
-    def log_tails(self, lines: int = 30) -> str:
-        p = self.log_dir / "kueue.log"
-        if not p.exists():
-            return ""
-        return "\n".join([f"----- kueue ({p}) -----", *p.read_text(errors="replace").splitlines()[-lines:]])
 
     def queues(self, namespace: str, local_queue: str, cluster_queue: str, quota: dict[str, str],
                flavor: str = "default", preemption: bool = True) -> dict[str, Any]:
@@ -241,9 +215,7 @@ class Kueue:
         }
 
     def _namespace(self) -> None:
-        status, body = self._api().request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        if status not in (201, 409):
-            raise RuntimeError(f"creating namespace {NAMESPACE}: {status} {body}")
+        ensure_namespace(self._api(), NAMESPACE)
 
     def _register(self, ca: Path) -> None:
         """Kueue's own webhook entries for its kinds and batch/v1 Job, by URL; the conversion webhook on its CRDs."""
@@ -303,10 +275,3 @@ def _merge_patch(api: Any, path: str, patch: dict[str, Any]) -> Any:
         raise ApiError("merge-patch", path, status, body)
     return body
 
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as r:
-            return r.status == 200
-    except OSError:
-        return False

@@ -9,7 +9,6 @@ reason, except under ``CI=true``, where that fails the run.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from e2e import build
 from e2e.controlplane import ControlPlane
 from e2e.harness import netns
 from e2e.harness.poll import wait_for
+from e2e.harness.thirdparty import start_controller
 from e2e.keda import HPA_SYNC_SECONDS, Keda
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer
@@ -49,7 +48,6 @@ pytestmark = pytest.mark.controllers
 
 # make test starts the controllers' build when the control plane is built; a cold one takes minutes on two
 # cores at low priority beside the tiers (the figure is printed at the end of make test)
-CONTROLLERS_WAIT_SECONDS = 2400.0
 READY_AFTER_SECONDS = 8.0  # autoscaled(): the kwok stage holds a new pod back this long, as model loading does
 LOW_RPS, STEP_RPS = 40.0, 300.0
 STEP_SECONDS = 60.0  # how long the step is held: long enough for two HPA syncs after the new pods are ready
@@ -58,16 +56,8 @@ MAX_REPLICAS = 12
 
 @pytest.fixture(scope="module")
 def keda(cluster: ControlPlane, crds: list[str]) -> Iterator[Keda]:
-    why = netns.available()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"real KEDA cannot run under CI=true: {why}")
-        pytest.skip(f"real KEDA: {why}")
-    began = time.monotonic()
-    binaries = build.controllers(wait_seconds=CONTROLLERS_WAIT_SECONDS, log=print)
-    waited = time.monotonic() - began
-    k = Keda(cluster, binaries).start()
-    print(f"\nreal KEDA: waited {waited:.0f} s for the build; operator and adapter up, APIService Available in {k.started_seconds:.1f} s")
+    k = start_controller("KEDA", netns.available(), lambda binaries: Keda(cluster, binaries).start(),
+                         lambda k: f"operator and adapter up, APIService Available in {k.started_seconds:.1f} s")
     yield k
     k.stop()
 
