@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_RESOURCE
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
-from e2e.realvllm.runner_process import STANDIN_IMAGE, PodRunner, placed
+from e2e.realvllm.runner_process import STANDIN_IMAGE, PodRunner
 from e2e.standin import tokenize
 from e2e.tests.operator.real_vllm.pool import slot
+from e2e.tests.operator.real_vllm.standin_jobs import manifest, prompts, standin_job
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 
@@ -41,38 +41,8 @@ NAME = "standin-states"
 LAYERS = [2, 5, 7]
 HIDDEN_SIZE = 48  # the model folder's config.json says so; the shim's default (64) would fail the shape check
 PROMPTS = 20
-WORDS = "a small grey cat counts seven hidden states under the winter sky near an old river bank".split()
 
 POOL = [slot("the stand-in HiddenStateJob's pods (750m each)")]  # at most one pool server beside them
-
-
-def dataset() -> list[dict[str, Any]]:
-    rng = random.Random(7)
-    return [{"id": f"s{i:02d}", "prompt": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 30)))}
-            for i in range(PROMPTS)]  # fmt: skip
-
-
-def job(namespace: str) -> dict[str, Any]:
-    return placed({
-        "apiVersion": "vllm-pooling.io/v1alpha1",
-        "kind": "HiddenStateJob",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            # a model folder holding only config.json: the stand-in reads hidden_size there, as vLLM would
-            "model": {"name": "/tiny", "source": {"volume": {"claimName": "data", "path": f"/{namespace}/model", "readOnly": True}}},
-            "layers": LAYERS,
-            "dataset": {"volume": {"claimName": "data", "path": f"/{namespace}/prompts.jsonl"}},
-            "output": {"volume": {"claimName": "data", "path": f"/{namespace}/out"}},
-            "shards": 2,
-            "engine": {"image": STANDIN_IMAGE, "version": "0.32", "dtype": "float32", "maxModelLen": 512},
-            "resources": {"gpu": {"count": 1}, "cpu": "250m", "memory": "512Mi"},
-        },
-    })  # fmt: skip
-
-
-def manifest(out: Path, shard: int) -> list[dict[str, Any]]:
-    p = out / f"shard-{shard}" / "manifest.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def test_hidden_state_job_on_the_standin(
@@ -80,12 +50,10 @@ def test_hidden_state_job_on_the_standin(
 ) -> None:
     began = time.monotonic()
     data = pod_runner.data_claim(namespace) / namespace
-    (data / "model").mkdir(parents=True)
-    (data / "model" / "config.json").write_text(json.dumps({"hidden_size": HIDDEN_SIZE, "num_hidden_layers": 8}))
-    samples = dataset()
-    (data / "prompts.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    out = data / "out"
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(job(namespace)))
+    samples = prompts(PROMPTS, seed=7)
+    job = standin_job(namespace, NAME, data, samples, layers=LAYERS, hidden_size=HIDDEN_SIZE, shards=2)
+    out = data / NAME / "out"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
 
     def succeeded() -> dict[str, Any] | None:
         obj = json.loads(cluster.kubectl("get", "hiddenstatejob", NAME, "-n", namespace, "-o", "json").stdout)
