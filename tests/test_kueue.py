@@ -227,3 +227,11 @@ def test_the_docs_job_validates_and_renders_suspended() -> None:
     rendered = next(o for o in build(result.resource, contract("0.33"), BuildContext()) if o["kind"] == "Job")  # type: ignore[arg-type]
     assert rendered["spec"]["suspend"] is True and rendered["metadata"]["labels"][kueue.QUEUE_LABEL] == "team-a"
     assert {d["kind"] for d in docs} >= {"ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
+
+
+def test_a_job_kueue_holds_is_settled_and_an_admitted_one_is_not() -> None:
+    """Held by Kueue, a job changes only with Kueue's objects or its Job (watched): no recheck, so no read."""
+    held = job_status(parsed({"queue": QUEUE}), job_obj(True), None, [], [], QueueObserved(installed=False))
+    assert C.settled(held)
+    running = job_status(parsed({"queue": QUEUE}), job_obj(False, active=4), None, [], [], QueueObserved())
+    assert not C.settled(running)

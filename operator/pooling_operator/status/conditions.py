@@ -168,7 +168,8 @@ def split(conditions: list[dict[str, Any]] | None, types: tuple[str, ...]) -> tu
 
 
 def settled(status: dict[str, Any]) -> bool:
-    """Nothing will change without an event: Ready, refused until the spec changes, or a finished job. A
+    """Nothing will change without an event: Ready, refused until the spec changes, a finished job, or one Kueue
+    holds (a queued job waits for a Workload, LocalQueue, CRD or Job event, so it costs no read meanwhile). A
     resource that is starting, rolling out or degraded is not settled: its conditions may turn with time."""
     conds = {c.get("type"): c for c in status.get("conditions") or []}
 
@@ -179,4 +180,6 @@ def settled(status: dict[str, Any]) -> bool:
         return True
     if true(SUCCEEDED) or true(FAILED):
         return True
+    if true(QUEUED):
+        return True  # held by Kueue: only Kueue's objects (watched) or the Job move it, never time alone
     return true(READY) and not true(DEGRADED) and not true(PROGRESSING)
