@@ -42,18 +42,19 @@ from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
 from e2e.harness.rest import ApiError
 from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
+from pooling_operator.api import kueue as kueue_api
 
 if TYPE_CHECKING:
     from e2e.controlplane import ControlPlane
 
 NAMESPACE = "kueue-system"  # Kueue's own namespace (config ``namespace``); jobs there are not managed
-GROUP = "kueue.x-k8s.io"
-VERSION = "v1beta2"  # the storage version; v1beta1 is served too, through the conversion webhook while Kueue runs
+# Kueue's names, as the operator knows them (pooling_operator/api/kueue.py, one place)
+GROUP, _, VERSION = kueue_api.API_VERSION.partition("/")  # the storage version; v1beta1 is served too, by conversion
 API = f"/apis/{GROUP}/{VERSION}"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+QUEUE_LABEL = kueue_api.QUEUE_LABEL
+PRIORITY_CLASS_LABEL = kueue_api.PRIORITY_LABEL
+MIN_PARALLELISM_ANNOTATION = kueue_api.MIN_PARALLELISM_ANNOTATION
+JOB_UID_LABEL = kueue_api.JOB_UID_LABEL
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")  # what a ClusterQueue of ``queues`` covers
 METRICS_CERT_DIR = "/etc/kueue/metrics/certs"  # hard-coded in cmd/kueue/main.go
 WEBHOOK_MANIFESTS = "config/components/webhook/manifests.yaml"

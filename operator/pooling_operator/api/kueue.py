@@ -20,6 +20,5 @@ MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 # apis/kueue/v1beta2/workload_types.go: Workload condition types and the reasons read here
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
-FINISHED = "Finished"
 EVICTED = "Evicted"
 PREEMPTED = "Preempted"  # the condition type, and Evicted's reason when evicted by preemption (WorkloadEvictedByPreemption)

@@ -277,12 +277,18 @@ def queue_stored(body: Mapping[str, Any]) -> tuple[tuple[str, str], dict[str, An
     if body.get("kind") == "LocalQueue":
         out["spec"] = {"clusterQueue": (body.get("spec") or {}).get("clusterQueue")}
         return (namespace, str(meta["name"])), out
-    ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == "Job"), None)
-    if ref is None:
+    job = workload_job(body)
+    if job is None:
         return None
     status = body.get("status") or {}
     out["status"] = {k: status[k] for k in ("conditions", "admission") if k in status}
-    return (namespace, str(ref["name"])), out
+    return (namespace, job), out
+
+
+def workload_job(body: Mapping[str, Any]) -> str | None:
+    """The name of the Job a Kueue Workload stands for (its controller reference), or None (another framework's)."""
+    ref = next((r for r in body["metadata"].get("ownerReferences") or [] if r.get("controller") and r.get("kind") == "Job"), None)
+    return None if ref is None else str(ref["name"])
 
 
 def index_key(body: Mapping[str, Any]) -> OwnerKey | None:

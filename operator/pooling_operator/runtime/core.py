@@ -27,7 +27,7 @@ from pooling_operator.api.kinds import KINDS, OWNER_KINDS
 from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
-from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key
+from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, workload_job
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
@@ -159,8 +159,8 @@ class Runtime:
         if body.get("kind") == "LocalQueue":
             keys = self.ctx.cache.queued_owners(namespace, local_queue=str(meta["name"]))
         else:
-            ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("kind") == "Job"), None)
-            keys = [] if ref is None else self.ctx.cache.queued_owners(namespace, job=str(ref["name"]))
+            job = workload_job(body)
+            keys = [] if job is None else self.ctx.cache.queued_owners(namespace, job=job)
         for key in keys:
             self._settled.discard(key)
             self._add(key)
