@@ -143,9 +143,10 @@ def announced(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> li
     before = {c.get("type"): c.get("reason") for c in old or []}
     # Queued changes its reason while it stays True (waiting for quota -> admitted -> preempted -> waiting):
     # each step is news to whoever watches the job.
+    flipped = flips(old, new)
     requeued = [c for c in new if c["type"] == QUEUED and c["type"] in before and before[c["type"]] != c["reason"]
-                and c not in flips(old, new)]
-    for cond in flips(old, new) + requeued:
+                and c not in flipped]
+    for cond in flipped + requeued:
         if first_visit and cond["status"] in ("False", "Unknown") and cond["type"] in _QUIET_ON_FIRST_VISIT:
             continue
         out.append((event_type(cond), cond["reason"], f"{cond['type']} is {cond['status']}: {cond['message']}"))
