@@ -59,28 +59,30 @@ SERVICE = Check(
     ),
     otherwise=("Ready", "Waiting for the replicas to become Ready"),
 )
+JOB = Check(
+    about=(
+        "Argo CD health of a vllm-pooling.io job (HiddenStateJob and PoolingJob share this script): Healthy only",
+        "when Succeeded, Degraded when Failed, when the spec breaks a vLLM rule (SpecValid=False) or nothing can",
+        "admit it (Kueue not installed, no such LocalQueue), Suspended while Kueue holds it (Queued=True),",
+        "Progressing otherwise (shards running, or not yet observed).",
+    ),
+    what="the job",
+    generations=False,  # the spec is immutable
+    rules=(
+        INVALID,
+        Rule("Failed", "True", "Degraded", "Failed"),
+        Rule("Succeeded", "True", "Healthy", "Succeeded"),
+        Rule("Queued", None, "Degraded", "Kueue is not installed", reason="KueueNotInstalled"),
+        Rule("Queued", None, "Degraded", "The LocalQueue does not exist", reason="LocalQueueNotFound"),
+        Rule("Queued", "True", "Suspended", "Waiting for Kueue to admit the job"),
+    ),
+    otherwise=("Progressing", "Waiting for the shards"),
+)
 CHECKS: dict[str, Check] = {
     "PoolingService": SERVICE,
     "ScoringService": SERVICE,
-    "HiddenStateJob": Check(
-        about=(
-            "Argo CD health of a vllm-pooling.io HiddenStateJob: Healthy only when Succeeded, Degraded when Failed or",
-            "when the spec breaks a vLLM rule (SpecValid=False) or nothing can admit it (Kueue not installed, no such",
-            "LocalQueue), Suspended while Kueue holds it (Queued=True), Progressing otherwise (shards running, or",
-            "not yet observed).",
-        ),
-        what="the job",
-        generations=False,  # the spec is immutable
-        rules=(
-            INVALID,
-            Rule("Failed", "True", "Degraded", "Failed"),
-            Rule("Succeeded", "True", "Healthy", "Succeeded"),
-            Rule("Queued", None, "Degraded", "Kueue is not installed", reason="KueueNotInstalled"),
-            Rule("Queued", None, "Degraded", "The LocalQueue does not exist", reason="LocalQueueNotFound"),
-            Rule("Queued", "True", "Suspended", "Waiting for Kueue to admit the job"),
-        ),
-        otherwise=("Progressing", "Waiting for the shards"),
-    ),
+    "HiddenStateJob": JOB,
+    "PoolingJob": JOB,
     "ModelCache": Check(
         about=(
             "Argo CD health of a vllm-pooling.io ModelCache: Degraded when the fill failed (Failed=True: its reason",

@@ -83,6 +83,21 @@ def hidden_states(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, 
     return resource("HiddenStateJob", merge(base, spec), **meta)
 
 
+def pooling_job(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    base = {
+        "model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",
+                  "hints": MINILM_HINTS},
+        "task": "embed",
+        "pooling": {"type": "MEAN", "normalize": True},
+        "embeddingSpace": "minilm-v1",
+        "dataset": {"volume": {"claimName": "corpus", "path": "/corpus.jsonl"}},
+        "output": {"volume": {"claimName": "vectors", "path": "/runs/v1"}},
+        "shards": 2,
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("PoolingJob", merge(base, spec), **meta)
+
+
 def policy(spec: dict[str, Any] | None = None, name: str = "default") -> dict[str, Any]:
     return resource("AutoscalingPolicy", merge({"default": True}, spec), name=name, namespace=None)
 

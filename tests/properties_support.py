@@ -35,11 +35,12 @@ from tests import factories
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "vllm-pooling.io/v1alpha1"
-KINDS = ("PoolingService", "ScoringService", "HiddenStateJob", "AutoscalingPolicy")
+KINDS = ("PoolingService", "ScoringService", "HiddenStateJob", "PoolingJob", "AutoscalingPolicy")
 PLURALS = {
     "PoolingService": "poolingservices",
     "ScoringService": "scoringservices",
     "HiddenStateJob": "hiddenstatejobs",
+    "PoolingJob": "poolingjobs",
     "AutoscalingPolicy": "autoscalingpolicies",
 }
 NAMESPACED = {k: k != "AutoscalingPolicy" for k in KINDS}
@@ -71,6 +72,9 @@ def _examples() -> dict[str, tuple[str, ...]]:
         factories.generative(),
         factories.scoring({"mode": "biEncoder", "pooling": {"type": "MEAN"}, "model": {"hints": {"architectures": ["BertModel"], "numLabels": None}}}),
         factories.hidden_states(),
+        factories.pooling_job(),
+        factories.pooling_job({"task": "token_embed", "pooling": {"type": "ALL"}, "queue": {"name": "team-a"},
+                               "output": {"storageBudget": "1Gi"}, "parallelism": 1}),
         factories.policy(),
     ):
         out[doc["kind"]].append(json.dumps(doc, sort_keys=True))

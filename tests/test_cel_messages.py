@@ -51,6 +51,7 @@ BREAKS: dict[str, dict[str, Any]] = {
 NEEDS_THE_STORED_OBJECT = {
     M.EMBEDDING_SPACE: "the reconcile, against status.embeddingSpace (test_embedding_space_rule_in_python)",
     M.JOB_IMMUTABLE: "only the API server: a HiddenStateJob's spec is never changed by the operator",
+    M.POOLING_JOB_IMMUTABLE: "only the API server: a PoolingJob's spec is never changed by the operator",
 }
 
 
@@ -83,7 +84,7 @@ def test_python_says_what_the_api_server_says(message: str) -> None:
 
 def test_embedding_space_rule_in_python() -> None:
     from pooling_operator.reconcile.services import _embedding_space_problems
-    from pooling_operator.status.services import embedding_fingerprint
+    from pooling_operator.vllm.embedding_space import embedding_fingerprint
 
     before = validate(pooling({"embeddingSpace": "v1"})).resource
     after = validate(pooling({"embeddingSpace": "v1", "pooling": {"type": "CLS"}})).resource

@@ -87,7 +87,7 @@ def test_render_refuses_invalid_resources(tmp_path: Path, capsys: pytest.Capture
 def test_crds_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["crds"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["spec"]["names"]["kind"] for d in docs] == ["PoolingService", "ScoringService", "HiddenStateJob", "ModelCache", "AutoscalingPolicy"]
+    assert [d["spec"]["names"]["kind"] for d in docs] == ["PoolingService", "ScoringService", "HiddenStateJob", "PoolingJob", "ModelCache", "AutoscalingPolicy"]
     assert main(["crds", "--output-dir", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (ROOT / "crds").iterdir())
 

@@ -40,7 +40,7 @@ def test_requests_are_counted_as_the_audit_log_names_them(method: str, path: str
 def test_our_kinds_take_plural_and_scope_from_the_resource_table() -> None:
     for name, info in RESOURCE_KINDS.items():
         assert (KINDS[name].plural, KINDS[name].namespaced) == (info.plural, info.namespaced)
-    assert set(OWNER_KINDS) == {"PoolingService", "ScoringService", "HiddenStateJob", "ModelCache"}
+    assert set(OWNER_KINDS) == {"PoolingService", "ScoringService", "HiddenStateJob", "PoolingJob", "ModelCache"}
     assert KINDS["Deployment"].path("ns", "d", "scale") == "/apis/apps/v1/namespaces/ns/deployments/d/scale"
     assert KINDS["Namespace"].path(None, "ns") == "/api/v1/namespaces/ns"
 

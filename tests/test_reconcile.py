@@ -16,7 +16,7 @@ from pooling_operator.k8s.api import ApiError
 from pooling_operator.k8s.cache import Cache, owner_key, project
 from pooling_operator.reconcile import Context, InvalidSpec, Reconciles
 from pooling_operator.status import conditions as C
-from pooling_operator.status.services import embedding_fingerprint
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.validate import validate
 from tests.factories import policy, pooling
 

@@ -32,10 +32,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 {{- define "vpo.namespacedRules" -}}
 # Our namespaced resources: read them, write only their status.
 - apiGroups: [vllm-pooling.io]
-  resources: [poolingservices, scoringservices, hiddenstatejobs, modelcaches]
+  resources: [poolingservices, scoringservices, hiddenstatejobs, poolingjobs, modelcaches]
   verbs: [get, list, watch]
 - apiGroups: [vllm-pooling.io]
-  resources: [poolingservices/status, scoringservices/status, hiddenstatejobs/status, modelcaches/status]
+  resources: [poolingservices/status, scoringservices/status, hiddenstatejobs/status, poolingjobs/status, modelcaches/status]
   verbs: [get, patch, update]
 # The children it creates, changes and deletes.
 - apiGroups: [apps]

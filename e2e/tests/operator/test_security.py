@@ -20,7 +20,7 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_hidden_states import claims
 from e2e.tests.operator.test_services import apply, get, svc
-from tests.factories import hidden_states, policy
+from tests.factories import hidden_states, policy, pooling_job
 
 OPERATOR_NAMESPACE = "vllm-pooling-operator"  # deploy/rbac.yaml lets the operator read Secrets here only
 
@@ -44,8 +44,12 @@ def test_children_are_admitted_under_pod_security_restricted(cluster: ControlPla
     apply(cluster, svc(namespace, "rerank", kind="scs"))
     apply(cluster, hidden_states({"shards": 1, "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}}}, name="extract",
                                  namespace=namespace))
+    apply(cluster, pooling_job({"shards": 1, "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}},
+                                "dataset": {"volume": {"claimName": "datasets", "path": "/corpus.jsonl"}},
+                                "output": {"volume": {"claimName": "hidden-states", "path": "/vectors"}}},
+                               name="corpus", namespace=namespace))  # fmt: skip
     # PodSecurity refuses pods, not Deployments or Jobs: the pods existing is the proof.
-    for instance in ("emb", "rerank", "extract"):
+    for instance in ("emb", "rerank", "extract", "corpus"):
         pods = wait_for(lambda i=instance: _pods(cluster, namespace, i), timeout=90, what=f"{instance}'s pod admitted")
         spec = pods[0]["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True
@@ -56,8 +60,8 @@ def test_children_are_admitted_under_pod_security_restricted(cluster: ControlPla
         shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
         assert shm["emptyDir"]["medium"] == "Memory"
         token_mounted = any(v.get("projected") and v["name"].startswith("kube-api-access") for v in spec["volumes"])
-        # Only the hidden-state driver talks to the API server (its progress ConfigMap).
-        assert token_mounted == (instance == "extract"), (instance, [v["name"] for v in spec["volumes"]])
+        # Only the jobs' drivers talk to the API server (their progress ConfigMap).
+        assert token_mounted == (instance in ("extract", "corpus")), (instance, [v["name"] for v in spec["volumes"]])
     events = get(cluster, f"/api/v1/namespaces/{namespace}/events") or {"items": []}
     assert not [e for e in events["items"] if e["reason"] == "FailedCreate"], "a controller could not create a pod"
 

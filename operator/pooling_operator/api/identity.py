@@ -12,6 +12,7 @@ COMPONENTS = {
     "PoolingService": "pooling-service",
     "ScoringService": "scoring-service",
     "HiddenStateJob": "hidden-state-job",
+    "PoolingJob": "pooling-job",
     "ModelCache": "model-cache",
 }
 COMPONENT_KINDS = {component: kind for kind, component in COMPONENTS.items()}

@@ -57,6 +57,7 @@ KINDS: dict[str, Kind] = {
         _ours("PoolingService", "owner"),
         _ours("ScoringService", "owner"),
         _ours("HiddenStateJob", "owner"),
+        _ours("PoolingJob", "owner"),
         _ours("ModelCache", "owner"),
         _ours("AutoscalingPolicy", "policy"),
         Kind("apps/v1", "Deployment", "deployments", role="child"),
@@ -86,7 +87,7 @@ KINDS: dict[str, Kind] = {
 OWNER_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "owner")
 CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
 # The kinds whose reconcile makes a Job that Kueue may admit (spec.queue): a Workload's Job is their child.
-QUEUED_KINDS = ("HiddenStateJob",)
+QUEUED_KINDS = ("HiddenStateJob", "PoolingJob")
 # Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
 OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
 

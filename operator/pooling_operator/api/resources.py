@@ -11,6 +11,7 @@ from pooling_operator.api.base import Spec, StatusBase
 from pooling_operator.api.caches import ModelCacheSpec, ModelCacheStatus
 from pooling_operator.api.jobs import HiddenStateJobSpec, HiddenStateJobStatus
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingPolicyStatus
+from pooling_operator.api.pooling_jobs import PoolingJobSpec, PoolingJobStatus
 from pooling_operator.api.services import (
     PoolingServiceSpec,
     PoolingServiceStatus,
@@ -62,6 +63,10 @@ class HiddenStateJob(Resource[HiddenStateJobSpec, HiddenStateJobStatus]):
     kind: Literal["HiddenStateJob"] = "HiddenStateJob"
 
 
+class PoolingJob(Resource[PoolingJobSpec, PoolingJobStatus]):
+    kind: Literal["PoolingJob"] = "PoolingJob"
+
+
 class AutoscalingPolicy(Resource[AutoscalingPolicySpec, AutoscalingPolicyStatus]):
     kind: Literal["AutoscalingPolicy"] = "AutoscalingPolicy"
 
@@ -70,7 +75,7 @@ class ModelCache(Resource[ModelCacheSpec, ModelCacheStatus]):
     kind: Literal["ModelCache"] = "ModelCache"
 
 
-AnyResource = PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy | ModelCache
+AnyResource = PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy | ModelCache
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 
@@ -164,6 +169,34 @@ KINDS: dict[str, KindInfo] = {
                 _col("Samples", ".status.samples.done", "integer", "Samples written."),
                 _col("Storage", ".status.storage.estimate", description="Projected size of the output.", priority=1),
                 _col("Budget", ".status.storage.budget", description="output.storageBudget.", priority=1),
+                _col("Succeeded", '.status.conditions[?(@.type=="Succeeded")].status', description="Finished."),
+                _col("Queued", '.status.conditions[?(@.type=="Queued")].reason',
+                     description="Kueue admission: why the job waits (WaitingForQuota, Preempted, KueueNotInstalled) or Admitted."),
+                _col("Queue", ".spec.queue.name", description="Kueue LocalQueue.", priority=1),
+                AGE,
+            ),
+            scale=False,
+        ),
+        KindInfo(
+            kind="PoolingJob",
+            plural="poolingjobs",
+            short_name="plj",
+            namespaced=True,
+            model=PoolingJob,
+            description="An Indexed Job embedding (classifying, or pooling per token) a whole corpus once into a "
+            "volume: safetensors part files with a manifest, resume after failure, a storage budget and the "
+            "embedding space's fingerprint. The spec is immutable.",
+            columns=(
+                MODEL,
+                _col("Task", ".spec.task", description="Pooling task."),
+                _col("Ready", READY, description="Ready condition."),
+                _col("Shards", ".spec.shards", "integer", "Shards in the job."),
+                _col("Done", ".status.shards.succeeded", "integer", "Shards finished."),
+                _col("Inputs", ".status.samples.done", "integer", "Inputs written."),
+                _col("Failed", ".status.samples.failed", "integer", "Inputs recorded as failed.", priority=1),
+                _col("Lines", ".status.dataset.lines", "integer", "Non-blank lines in the corpus.", priority=1),
+                _col("Storage", ".status.storage.estimate", description="Projected size of the output.", priority=1),
+                _col("Space", ".spec.embeddingSpace", description="Embedding space label.", priority=1),
                 _col("Succeeded", '.status.conditions[?(@.type=="Succeeded")].status', description="Finished."),
                 _col("Queued", '.status.conditions[?(@.type=="Queued")].reason',
                      description="Kueue admission: why the job waits (WaitingForQuota, Preempted, KueueNotInstalled) or Admitted."),

@@ -11,9 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.builders.common import BuildContext, CacheMount
 from pooling_operator.builders.jobs import build_job
+from pooling_operator.builders.pooling_jobs import build_pooling_job
 from pooling_operator.builders.services import build_service
 from pooling_operator.vllm.args import DEFAULT_PORT, vllm_command
 from pooling_operator.vllm.contract import Contract
@@ -21,7 +22,7 @@ from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["BuildContext", "CacheMount", "Plan", "build", "plan"]
 
-Buildable = PoolingService | ScoringService | HiddenStateJob
+Buildable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ def plan(resource: Buildable, c: Contract, ctx: BuildContext, w: Workload | None
     if isinstance(resource, HiddenStateJob):
         argv = vllm_command(resource, c, port=DEFAULT_PORT, w=w)
         return Plan(resource, c, w, argv, build_job(resource, c, ctx, w, argv))
+    if isinstance(resource, PoolingJob):
+        argv = vllm_command(resource, c, port=DEFAULT_PORT, w=w)
+        return Plan(resource, c, w, argv, build_pooling_job(resource, c, ctx, w, argv))
     argv = vllm_command(resource, c, port=resource.spec.service.port, w=w)
     return Plan(resource, c, w, argv, build_service(resource, c, ctx, w, argv))
 

@@ -1,4 +1,4 @@
-"""HiddenStateJob -> ServiceAccount, Role, RoleBinding, progress ConfigMap and the Indexed Job."""
+"""HiddenStateJob -> ServiceAccount, Role, RoleBinding, progress ConfigMap and the Indexed Job; the pieces every\njob kind shares (the vLLM sidecar, the driver container, the Indexed Job, the children) are here too."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import posixpath
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, kueue
+from pooling_operator.api import HiddenStateJob, PoolingJob, kueue
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
@@ -36,7 +36,7 @@ def progress_configmap_name(name: str) -> str:
     return f"{name}-progress"
 
 
-def shard_budget_bytes(resource: HiddenStateJob) -> int | None:
+def shard_budget_bytes(resource: HiddenStateJob | PoolingJob) -> int | None:
     """The storage budget split evenly across shards (floor), or None without a budget."""
     budget = resource.spec.output.storage_budget
     if budget is None:
@@ -101,42 +101,59 @@ def queued(meta: dict[str, Any], queue: QueueSpec | None, parallelism: int) -> d
     return {"suspend": True}
 
 
-def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
-    spec = resource.spec
-    volumes, mounts = vllm_volumes(w, ctx.model_cache)
-    volumes += [
-        {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
-        {"name": "output", "persistentVolumeClaim": {"claimName": spec.output.volume.claim_name}},
-    ]
-    output_mount = {"name": "output", "mountPath": OUTPUT_MOUNT}
-    vllm = {
+def sidecar(w: Workload, argv: list[str], resources: Any, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """vLLM as a native sidecar: started and probed before the driver, stopped when the driver exits."""
+    probes = health_probes("http", w.engine.startup_timeout_seconds)
+    return {
         "name": SERVER_CONTAINER,
         "image": w.engine.image,
-        # A native sidecar: started and probed before the driver, stopped when the driver exits.
         "restartPolicy": "Always",
         "command": argv[:2],
         "args": argv[2:],
         "env": [INDEX_ENV, *vllm_env(w)],
         "ports": [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"}],
-        "startupProbe": health_probes("http", w.engine.startup_timeout_seconds)["startupProbe"],
-        "livenessProbe": health_probes("http", w.engine.startup_timeout_seconds)["livenessProbe"],
-        "resources": resource_requirements(spec.resources),
-        "volumeMounts": [*mounts, output_mount],
+        "startupProbe": probes["startupProbe"],
+        "livenessProbe": probes["livenessProbe"],
+        "resources": resource_requirements(resources),
+        "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }
-    driver = {
-        "name": "driver",
+
+
+def driver_container(name: str, args: list[str], ctx: BuildContext, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's image running one of its Job commands (the driver, a preflight)."""
+    return {
+        "name": name,
         "image": ctx.operator_image,
         "command": ["pooling-operator"],
-        "args": driver_args(resource, w, argv),
+        "args": args,
         "env": [INDEX_ENV, field_env("POD_NAMESPACE", "metadata.namespace"), env_var("PYTHONUNBUFFERED", "1")],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "volumeMounts": [
-            {"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True},
-            output_mount,
-        ],
+        "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }
+
+
+def dataset_mount() -> dict[str, Any]:
+    return {"name": "dataset", "mountPath": DATASET_MOUNT, "readOnly": True}
+
+
+def output_mount() -> dict[str, Any]:
+    return {"name": "output", "mountPath": OUTPUT_MOUNT}
+
+
+def indexed_job(resource: HiddenStateJob | PoolingJob, w: Workload, ctx: BuildContext, init: list[dict[str, Any]],
+                driver: dict[str, Any], extra_volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Indexed Job of a job kind: `init` (the vLLM sidecar among them) and the driver in one pod per shard,
+    with the dataset and output claims; a driver exit code in JOB_ENDING_EXIT_CODES, from any of the
+    operator's containers, ends the whole Job (a retry cannot help)."""
+    spec = resource.spec
+    volumes = [
+        *extra_volumes,
+        {"name": "dataset", "persistentVolumeClaim": {"claimName": spec.dataset.volume.claim_name, "readOnly": True}},
+        {"name": "output", "persistentVolumeClaim": {"claimName": spec.output.volume.claim_name}},
+    ]
+    ours = [c["name"] for c in (*init, driver) if c["image"] == ctx.operator_image]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": w.name,
@@ -144,12 +161,17 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
         # vLLM and the driver share POD_SECURITY's one UID: vLLM's files are mode 0600 (see POD_SECURITY)
         "securityContext": POD_SECURITY,
         **placement(spec.template, spec.resources),
-        "initContainers": [vllm],
+        "initContainers": init,
         "containers": [driver],
         "volumes": volumes,
     }
     meta = metadata(w, w.name, resource.metadata.uid)
     job_spec: dict[str, Any] = queued(meta, spec.queue, spec.parallelism or spec.shards)
+    ending = [
+        {"action": "FailJob",
+         "onExitCodes": {"containerName": name, "operator": "In", "values": list(JOB_ENDING_EXIT_CODES.values())}}
+        for name in ours
+    ]  # fmt: skip
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -162,15 +184,7 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
             "backoffLimitPerIndex": spec.backoff_limit_per_shard,
             "podFailurePolicy": {
                 "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": "driver",
-                            "operator": "In",
-                            # The driver's exit codes that end the whole Job at once (a retry cannot help).
-                            "values": list(JOB_ENDING_EXIT_CODES.values()),
-                        },
-                    },
+                    *ending,
                     {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 ]
             },
@@ -179,10 +193,17 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
     }
 
 
-def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
-    """Every child of a HiddenStateJob, each a function of the resource, its one workload view and its vLLM
-    command line (builders.plan resolves both once)."""
-    uid = resource.metadata.uid
+def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
+    volumes, mounts = vllm_volumes(w, ctx.model_cache)
+    # The hidden-state connector writes into the output volume (its staging folder), so vLLM mounts it too.
+    vllm = sidecar(w, argv, resource.spec.resources, [*mounts, output_mount()])
+    driver = driver_container("driver", driver_args(resource, w, argv), ctx, [dataset_mount(), output_mount()])
+    return indexed_job(resource, w, ctx, [vllm], driver, volumes)
+
+
+def job_children(w: Workload, uid: str | None, job_object: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every child of a job kind: its ServiceAccount, a Role and RoleBinding that let the driver patch only the
+    progress ConfigMap, that ConfigMap, and the Job."""
     cm = progress_configmap_name(w.name)
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(w, w.name, uid)},
@@ -201,5 +222,11 @@ def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext, w: Workl
             "subjects": [{"kind": "ServiceAccount", "name": w.name, **({"namespace": w.namespace} if w.namespace else {})}],
         },
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(w, cm, uid)},
-        job(resource, w, argv, ctx),
+        job_object,
     ]
+
+
+def build_job(resource: HiddenStateJob, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
+    """Every child of a HiddenStateJob, each a function of the resource, its one workload view and its vLLM
+    command line (builders.plan resolves both once)."""
+    return job_children(w, resource.metadata.uid, job(resource, w, argv, ctx))

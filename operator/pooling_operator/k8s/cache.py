@@ -22,7 +22,7 @@ from typing import Any
 from pooling_operator.api.identity import COMPONENT_KINDS
 from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS
 
-OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob or ModelCache
+OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
 REPLICAS_OWNER = "vllm-pooling.io/replicas-managers"  # our projection of managedFields: who set spec.replicas
 WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten after this

@@ -35,7 +35,7 @@ __all__ = ["RECONCILERS", "Context", "Events", "Gone", "InvalidSpec", "Kind", "M
 
 # The kinds the operator reconciles, and whose part of the flow each one is.
 RECONCILERS: dict[str, Kind] = {"PoolingService": SERVICES, "ScoringService": SERVICES, "HiddenStateJob": JOBS,
-                                "ModelCache": CACHES}
+                                "PoolingJob": JOBS, "ModelCache": CACHES}
 
 
 class Reconciles:

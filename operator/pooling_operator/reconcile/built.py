@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pooling_operator import OPERATOR_IMAGE
-from pooling_operator.api import HiddenStateJob, ModelCache, PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob, ModelCache, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders import BuildContext, CacheMount, plan
@@ -48,7 +48,7 @@ def built(
         objects = build_cache(resource, operator_image or OPERATOR_IMAGE, settings.hub_endpoint)
         out = Built(key, policies, labels, resource, [], desired=[with_hash(o) for o in objects])
     elif not result.errors and resource is not None:
-        assert isinstance(resource, PoolingService | ScoringService | HiddenStateJob) and result.contract is not None
+        assert isinstance(resource, PoolingService | ScoringService | HiddenStateJob | PoolingJob) and result.contract is not None
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
         reason = C.POLICY_NOT_ALLOWED

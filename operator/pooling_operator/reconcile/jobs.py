@@ -1,4 +1,4 @@
-"""HiddenStateJob: its part of the flow (reconcile/flow.py). The spec is immutable and the Job's pod template
+"""The job kinds, HiddenStateJob and PoolingJob: their part of the flow (reconcile/flow.py). The spec is immutable and the Job's pod template
 too, so an existing Job is never applied again (reconcile/writes.py): with spec.queue that is also what leaves
 `suspend`, `parallelism` and the scheduling directives to Kueue. Status comes from the Job, its pods, the
 driver's progress ConfigMap and, for a queued job, Kueue's Workload and LocalQueue (status/queue.py)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import HiddenStateJob, PoolingJob
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -17,13 +17,14 @@ from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status.jobs import job_status
+from pooling_operator.status.pooling_jobs import pooling_job_status
 from pooling_operator.status.queue import QueueObserved, suspended
 
 CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
 NO_POLICIES = PolicySet()  # jobs follow no AutoscalingPolicy
 
 
-async def queue_observed(ctx: Context, resource: HiddenStateJob, job: dict[str, Any] | None) -> QueueObserved:
+async def queue_observed(ctx: Context, resource: HiddenStateJob | PoolingJob, job: dict[str, Any] | None) -> QueueObserved:
     """Kueue's side of a queued job, from the watch-fed cache. One read, only while the Job is suspended and
     Kueue has made no Workload for it and no LocalQueue of that name is watched: does the LocalQueue exist,
     and is Kueue installed at all (a 404 that names no object)?"""
@@ -54,7 +55,7 @@ class Jobs:
                      old_status: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         meta = body["metadata"]
         resource = desired.built.resource
-        assert isinstance(resource, HiddenStateJob)
+        assert isinstance(resource, HiddenStateJob | PoolingJob)
         job = current.get(("Job", meta["name"]))
         configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
         pods = ctx.cache.pods_of(owner_key(body))
@@ -65,6 +66,8 @@ class Jobs:
             refusals = [e for e in await ctx.kube.list(KINDS["Event"], meta.get("namespace"), {}, fields)
                         if (e.get("involvedObject") or {}).get("uid") == job["metadata"].get("uid")]
         queue = await queue_observed(ctx, resource, job) if resource.spec.queue is not None else None
+        if isinstance(resource, PoolingJob):
+            return pooling_job_status(resource, job, configmap, pods, refusals, queue), True
         return job_status(resource, job, configmap, pods, refusals, queue), True
 
     async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],

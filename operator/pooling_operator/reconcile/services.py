@@ -29,12 +29,12 @@ from pooling_operator.status import conditions as C
 from pooling_operator.status.services import (
     WHOLE_DEVICE,
     degraded_by_time,
-    embedding_fingerprint,
     placed_whole,
     pod_gpus,
     service_status,
 )
 from pooling_operator.status.startup import Startup, merged, pod_startups
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
 
 CATCH_UP_SECONDS = 10.0
 STARTUP = Histogram(

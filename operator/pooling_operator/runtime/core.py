@@ -129,7 +129,7 @@ class Runtime:
         self._background(self._first_pass())
 
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
-        """A PoolingService, ScoringService, HiddenStateJob or ModelCache was listed, changed or went away."""
+        """A PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache was listed, changed or went away."""
         key = owner_key(body)
         self.ctx.cache.observed(body, deleted=deleted)
         if deleted:

@@ -1,11 +1,11 @@
-"""Status of a HiddenStateJob from its Job and the progress its shards report."""
+"""Status of a job kind (HiddenStateJob, PoolingJob) from its Job and the progress its shards report."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import HiddenStateJob, PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.status import conditions as C
@@ -78,8 +78,37 @@ def job_status(
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
     queue: QueueObserved | None = None,
 ) -> dict[str, Any]:
-    """The whole status; `refusals` are the FailedCreate events of the Job (its controller reports a quota or
-    PodSecurity refusal nowhere else); `queue` what was seen of Kueue for a job with spec.queue (Queued)."""
+    """The whole status of a HiddenStateJob: the common part (`common_job_status`) and its storage estimate."""
+    status, progress = common_job_status(resource, job, configmap, pods, refusals, queue)
+    spec = resource.spec
+    storage = storage_status(storage_estimate(progress, len(spec.layers), spec.shards), spec.output.storage_budget)
+    if storage is not None:
+        status["storage"] = storage
+    return status
+
+
+def storage_status(estimate: tuple[int, str] | None, budget: object | None) -> dict[str, Any] | None:
+    """status.storage: the projected output size (bytes, basis) beside the budget as written; None without
+    either."""
+    if estimate is None and budget is None:
+        return None
+    storage: dict[str, Any] = {}
+    if estimate is not None:
+        storage.update(estimatedBytes=estimate[0], estimate=binary_quantity(estimate[0]), basis=estimate[1])
+    if budget is not None:
+        storage["budget"] = str(budget)
+    return storage
+
+
+def common_job_status(
+    resource: HiddenStateJob | PoolingJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
+    pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
+    queue: QueueObserved | None = None,
+) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """What every job kind's status holds, and the shards' progress records it was computed from: conditions
+    from the Job, its pods and the shards' reports; `refusals` are the FailedCreate events of the Job (its
+    controller reports a quota or PodSecurity refusal nowhere else); `queue` what was seen of Kueue for a job
+    with spec.queue (Queued)."""
     spec, generation = resource.spec, resource.metadata.generation
     js = (job or {}).get("status") or {}
     job_conditions = {c.get("type"): c for c in js.get("conditions") or [] if c.get("status") == "True"}
@@ -107,7 +136,7 @@ def job_status(
         elif failure_reason == C.OUTPUT_VOLUME_FULL:
             message = (f"A shard ran out of space on the output volume ({spec.output.volume.claim_name}); "
                        f"{samples['done']} finished samples kept. Free space or grow the claim, then run the job "
-                       "again (re-create the HiddenStateJob): each shard resumes from its manifest.")
+                       f"again (re-create the {resource.kind}): each shard resumes from its manifest.")
         succeeded = condition(C.SUCCEEDED, False, reason, message, generation)
         failed = condition(C.FAILED, True, reason, message, generation)
         progressing = condition(C.PROGRESSING, False, C.FINISHED, "The job finished.", generation)
@@ -149,17 +178,8 @@ def job_status(
             "manifests": [hs.manifest_path(i) for i in sorted(progress)],
         },
     }
-    estimate = storage_estimate(progress, len(spec.layers), spec.shards)
-    budget = spec.output.storage_budget
-    if estimate is not None or budget is not None:
-        storage: dict[str, Any] = {}
-        if estimate is not None:
-            storage.update(estimatedBytes=estimate[0], estimate=binary_quantity(estimate[0]), basis=estimate[1])
-        if budget is not None:
-            storage["budget"] = str(budget)
-        status["storage"] = storage
     if js.get("startTime"):
         status["startTime"] = js["startTime"]
     if js.get("completionTime"):
         status["completionTime"] = js["completionTime"]
-    return status
+    return status, progress

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,24 +16,10 @@ from pooling_operator.status.placement import placement_problem
 from pooling_operator.vllm import memory
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
 
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
-
-
-def embedding_fingerprint(resource: PoolingService) -> str:
-    """sha256 of the fields the embeddingSpace rule protects (the same list as its CEL twin in api/):
-    model name and revision, pooling type, normalize and dimensions."""
-    spec = resource.spec
-    pooling = spec.pooling
-    essence = {
-        "model": spec.model.name,
-        "revision": spec.model.revision,
-        "type": pooling.type if pooling else None,
-        "normalize": pooling.normalize if pooling else None,
-        "dimensions": pooling.dimensions if pooling else None,
-    }
-    return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def routes(resource: PoolingService | ScoringService, c: Contract, w: Workload | None = None) -> list[str]:

@@ -6,7 +6,7 @@ import json
 import posixpath
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_folder
 from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
@@ -91,7 +91,7 @@ def output_dir(path_in_claim: str) -> str:
 
 
 def vllm_command(
-    resource: PoolingService | ScoringService | HiddenStateJob,
+    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob,
     c: Contract,
     *,
     port: int | None = None,
@@ -143,7 +143,7 @@ def vllm_command(
         argv += ["--speculative-config", compact(speculative), "--kv-transfer-config", compact(transfer)]
         if c.hidden_states_without_chunked_prefill:  # per version: see Contract
             argv.append("--no-enable-chunked-prefill")
-    if not isinstance(resource, HiddenStateJob):
+    if not w.job:
         # Fixed, fine latency buckets for every service (vllm/metrics.py): p99 is meaningful from milliseconds
         # up, and a change of the autoscaling target never changes the pod template.
         argv += ["--custom-histogram-buckets", compact({LATENCY_FAMILY: list(LATENCY_BUCKETS)})]

@@ -1,12 +1,13 @@
 """vLLM's rules for hidden-state extraction (HiddenStateJob): layer ids, the EAGLE-3 hidden-state path, the
-connector and its keys, and where files go. Pure: values in, Problems out."""
+connector and its keys, and where files go; and the rules every Indexed Job of ours shares (PoolingJob too).
+Pure: values in, Problems out."""
 
 from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
 
-from pooling_operator.api import HiddenStateJob
+from pooling_operator.api import HiddenStateJob, PoolingJob
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.contract import CONNECTOR_EXTRA_KEYS, HIDDEN_STATE_CONNECTORS
@@ -19,14 +20,7 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
     spec = resource.spec
     hints = spec.model.hints
     layers = spec.layers
-    longest = 62 - len(str(spec.shards - 1))  # an Indexed Job's pods are <name>-<index>, a DNS label
-    if len(resource.metadata.name) > longest:
-        yield Problem(
-            "metadata.name",
-            f"{len(resource.metadata.name)} characters leave no room for the shard index: the Job's pods are named "
-            f"<name>-<index>, a DNS label of at most 63 characters, and the API server refuses the Job; with "
-            f"{spec.shards} shards use at most {longest} characters",
-        )
+    yield from job_problems(resource)
     if len(set(layers)) != len(layers):
         dupes = sorted({x for x in layers if layers.count(x) > 1})
         yield Problem(
@@ -77,10 +71,24 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
             yield Problem(path, "must stay false: the operator owns where files are written")
         elif key == "num_writer_threads" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             yield Problem(path, "must be a positive integer")
-    if spec.parallelism is not None and spec.parallelism > spec.shards:
-        yield Problem("spec.parallelism", M.PARALLELISM_LE_SHARDS)
     if spec.output.storage_budget is not None and not (hints and hints.hidden_size):
         yield Problem("spec.output.storageBudget", M.BUDGET_NEEDS_HIDDEN_SIZE)
+
+
+def job_problems(resource: HiddenStateJob | PoolingJob) -> Iterator[Problem]:
+    """What every Indexed Job of ours must satisfy: pod names that fit, parallelism within shards, and the
+    dataset outside the output folder."""
+    spec = resource.spec
+    longest = 62 - len(str(spec.shards - 1))  # an Indexed Job's pods are <name>-<index>, a DNS label
+    if len(resource.metadata.name) > longest:
+        yield Problem(
+            "metadata.name",
+            f"{len(resource.metadata.name)} characters leave no room for the shard index: the Job's pods are named "
+            f"<name>-<index>, a DNS label of at most 63 characters, and the API server refuses the Job; with "
+            f"{spec.shards} shards use at most {longest} characters",
+        )
+    if spec.parallelism is not None and spec.parallelism > spec.shards:
+        yield Problem("spec.parallelism", M.PARALLELISM_LE_SHARDS)
     out = posixpath.normpath(spec.output.volume.path)
     data = posixpath.normpath(spec.dataset.volume.path)
     if spec.output.volume.claim_name == spec.dataset.volume.claim_name and (data == out or data.startswith(out.rstrip("/") + "/")):

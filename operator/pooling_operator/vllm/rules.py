@@ -14,7 +14,14 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from pooling_operator.api import AutoscalingPolicy, HiddenStateJob, ModelCache, PoolingService, ScoringService
+from pooling_operator.api import (
+    AutoscalingPolicy,
+    HiddenStateJob,
+    ModelCache,
+    PoolingJob,
+    PoolingService,
+    ScoringService,
+)
 from pooling_operator.api import messages as M
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
@@ -35,7 +42,7 @@ from pooling_operator.vllm.engine_rules import chunk_reason, extra_args_problems
 from pooling_operator.vllm.extra_args import ExtraArgs
 from pooling_operator.vllm.extra_args import parse as parse_extra_args
 from pooling_operator.vllm.flag_classes import code_keys
-from pooling_operator.vllm.hidden_state_rules import hidden_state_problems
+from pooling_operator.vllm.hidden_state_rules import hidden_state_problems, job_problems
 from pooling_operator.vllm.model_rules import matryoshka_bound, remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
 from pooling_operator.vllm.share_rules import share_problems
@@ -67,7 +74,7 @@ class Subject:
     """What every rule of a chain reads: the resource, its workload view, its contract (None when the version
     is unsupported) and its extraArgs parsed once, plus what the caller knows of policies and namespaces."""
 
-    resource: PoolingService | ScoringService | HiddenStateJob
+    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob
     w: Workload
     c: Contract | None
     xa: ExtraArgs | None
@@ -126,6 +133,15 @@ def hidden_state_job(s: Subject) -> Iterable[Problem]:
     yield from _batched_tokens(s.w)
 
 
+def pooling_job(s: Subject) -> Iterable[Problem]:
+    """A PoolingJob's vLLM is a PoolingService's (the same rules, the same messages), run as a Job."""
+    assert isinstance(s.resource, PoolingJob)
+    yield from job_problems(s.resource)
+    yield from _pooling(s.w, "spec.pooling")
+    yield from _task_support(s.w, "spec.task")
+    yield from _batched_tokens(s.w)
+
+
 def autoscaling(s: Subject) -> Iterable[Problem]:
     a = getattr(s.resource.spec, "autoscaling", None)
     if a is not None:
@@ -147,6 +163,7 @@ CHAINS: dict[type, tuple[Rule, ...]] = {
     PoolingService: (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy),
     ScoringService: (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy),
     HiddenStateJob: (model_and_engine, storage, extra_args, gpus, hidden_state_job),
+    PoolingJob: (model_and_engine, storage, extra_args, gpus, pooling_job),
 }
 
 
@@ -161,7 +178,7 @@ class Judgement:
 
 
 def judge(
-    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy | ModelCache,
+    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy | ModelCache,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,
@@ -183,7 +200,7 @@ def judge(
 
 
 def check(
-    resource: PoolingService | ScoringService | HiddenStateJob | AutoscalingPolicy,
+    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,

@@ -99,8 +99,8 @@ def load_format_problems(w: Workload, version: str | None) -> Iterator[Problem]:
 
 
 def compile_cache_problems(w: Workload) -> Iterator[Problem]:
-    if w.engine.compile_cache is not None and w.hidden_states:
-        yield Problem("spec.engine.compileCache", "applies to services only: a HiddenStateJob's pods compile into "
+    if w.engine.compile_cache is not None and w.job:
+        yield Problem("spec.engine.compileCache", f"applies to services only: a {w.kind}'s pods compile into "
                                                   "their own emptyDir; remove it")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from pooling_operator.api import HiddenStateJob, PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
 from pooling_operator.api.services import GenerativeSpec, PoolingSpec
 from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, resolve_version
@@ -14,7 +14,8 @@ from pooling_operator.vllm.models import ModelFacts, facts
 MODE_TASKS = {"crossEncoder": "classify", "biEncoder": "embed", "lateInteraction": "token_embed"}
 MODE_ROUTES = {"crossEncoder": "/rerank", "biEncoder": "/rerank", "lateInteraction": "/rerank", "generative": "/generative_scoring"}
 
-Workloadable = PoolingService | ScoringService | HiddenStateJob
+Workloadable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
+JOB_KINDS = ("HiddenStateJob", "PoolingJob")  # an Indexed Job with vLLM as a native sidecar, not a served Deployment
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class Workload:
     generative: GenerativeSpec | None
     hidden_states: bool
     mode: str | None = None
+
+    @property
+    def job(self) -> bool:
+        """An Indexed Job's sidecar (HiddenStateJob, PoolingJob), not a service's server."""
+        return self.kind in JOB_KINDS
 
     @property
     def served_name(self) -> str:
@@ -65,6 +71,11 @@ def workload(resource: Workloadable) -> Workload:
         return Workload(
             "PoolingService", meta.name, meta.namespace, spec.model, spec.engine, "pooling", spec.task,
             spec.convert, spec.pooling, None, False,
+        )
+    if isinstance(resource, PoolingJob):
+        return Workload(
+            "PoolingJob", meta.name, meta.namespace, spec.model, spec.engine, "pooling", spec.task, spec.convert,
+            spec.pooling, None, False,
         )
     if isinstance(resource, ScoringService):
         generative = spec.mode == "generative"

@@ -1,7 +1,8 @@
--- Argo CD health of a vllm-pooling.io HiddenStateJob: Healthy only when Succeeded, Degraded when Failed or
--- when the spec breaks a vLLM rule (SpecValid=False) or nothing can admit it (Kueue not installed, no such
--- LocalQueue), Suspended while Kueue holds it (Queued=True), Progressing otherwise (shards running, or
--- not yet observed). Uses only base Lua (argocd-cm scripts get no string/math libraries by default).
+-- Argo CD health of a vllm-pooling.io job (HiddenStateJob and PoolingJob share this script): Healthy only
+-- when Succeeded, Degraded when Failed, when the spec breaks a vLLM rule (SpecValid=False) or nothing can
+-- admit it (Kueue not installed, no such LocalQueue), Suspended while Kueue holds it (Queued=True),
+-- Progressing otherwise (shards running, or not yet observed).
+-- Uses only base Lua (argocd-cm scripts get no string/math libraries by default).
 local hs = {}
 if obj.status == nil or obj.status.observedGeneration == nil then
   hs.status = "Progressing"

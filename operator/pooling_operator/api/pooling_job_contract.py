@@ -1,0 +1,80 @@
+"""The contract between the PoolingJob driver (hidden_states/, mode "vectors") and the operator (builders/,
+status/).
+
+A PoolingJob's shard reuses the HiddenStateJob's contract (api/hidden_state_contract) wherever the two agree:
+the progress ConfigMap's keys and fields, the shard states, the exit codes and which of them end the Job,
+``failed.jsonl`` and ``_SUCCESS``. What differs is the output folder:
+
+- per shard ``shard-<I>/part-<NNNNNN>.safetensors``: one file per batch, holding one tensor ``vectors``
+  ``[rows, dim]`` (rows in the order of the batch's manifest lines) in the vector dtype;
+- ``shard-<I>/manifest.jsonl``: one line per finished input, fields ``MANIFEST_FIELDS``: its id, the part
+  file (relative to the manifest's folder), its first row there and its row count (1 for the sequence tasks,
+  embed and classify; its token count for token_embed and token_classify, whose rows are concatenated), its
+  prompt tokens and the part file's size in bytes (what resume checks);
+- ``shard-<I>/run.json``: the run record, which for a PoolingJob also carries the task and the embedding
+  space (label and fingerprint, the same fingerprint a PoolingService with the same model and pooling
+  publishes in status.embeddingSpace).
+
+The driver has two commands: ``pooling-job preflight`` (an init container that runs before vLLM starts: it
+reads the whole dataset, counts its lines and reports this shard's samples and bad lines, state CHECKED) and
+``pooling-job run`` (the main container).
+
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+from pooling_operator.api.hidden_state_contract import (  # noqa: F401  (re-exported: one contract per kind)
+    EXIT_BUDGET_EXCEEDED,
+    EXIT_DATASET_UNREADABLE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_OUTPUT_FULL,
+    EXIT_USAGE,
+    FAILED_LOG,
+    JOB_ENDING_EXIT_CODES,
+    MANIFEST,
+    SUCCESS_MARKER,
+    manifest_path,
+    shard_folder,
+)
+
+VECTORS = "vectors"  # the one tensor of a part file
+PART_PREFIX = "part-"
+PART_SUFFIX = ".safetensors"
+MANIFEST_FIELDS = ("id", "file", "row", "rows", "tokens", "bytes")
+
+# The dataset's JSONL: {"id": ..., "text": ...} or {"id": ..., "token_ids": [...]}.
+TEXT_KEY = "text"
+
+# The shard state the preflight reports (not final, not a failure): the dataset was read and counted.
+CHECKED = "checked"
+PROGRESS_LINES = "lines"  # the dataset's non-blank lines (the whole file), from the preflight
+
+# The vector dtypes: the driver asks vLLM for exactly this (embed_dtype, little-endian) and writes it as is.
+VECTOR_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+VECTOR_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+# Where each task's inputs go.
+ROUTES = {"embed": "/v1/embeddings", "classify": "/pooling", "token_embed": "/pooling", "token_classify": "/pooling"}
+TOKEN_TASKS = ("token_embed", "token_classify")
+
+
+def part_name(index: int) -> str:
+    """The name of a shard's ``index``-th part file (0-based)."""
+    return f"{PART_PREFIX}{index:06d}{PART_SUFFIX}"
+
+
+def part_index(name: str) -> int | None:
+    """The index of a part file's name, or None for any other name."""
+    if not (name.startswith(PART_PREFIX) and name.endswith(PART_SUFFIX)):
+        return None
+    digits = name[len(PART_PREFIX) : -len(PART_SUFFIX)]
+    return int(digits) if digits.isdigit() else None
+
+
+def vector_dtype(engine_dtype: str | None) -> str:
+    """The vectors' dtype for an engine.dtype, by the HiddenStateJob driver's rule: an explicit dtype is
+    written as is; ``auto`` (whose width depends on the model and the device) is written as float32, which
+    holds every value vLLM computes in float16, bfloat16 or float32 exactly."""
+    return {"float16": "float16", "bfloat16": "bfloat16"}.get(engine_dtype or "auto", "float32")

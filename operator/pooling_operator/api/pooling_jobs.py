@@ -1,0 +1,153 @@
+"""PoolingJob: embed (classify, or pool per token) a whole corpus once, into a volume, resumably.
+
+The model, task, convert, pooling and embeddingSpace fields are the PoolingService's, validated by the same rules
+with the same messages; the dataset, output, shards, parallelism, queue and retries are the HiddenStateJob's.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field
+
+from pooling_operator.api import messages as M
+from pooling_operator.api.base import EngineSpec, ModelSpec, Quantity, Spec, StatusBase, TemplateSpec
+from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.jobs import ClaimPath, OutputStatus, QueueSpec, SampleCounts, ShardCounts
+from pooling_operator.api.services import (
+    MATRYOSHKA_RULE,
+    Convert,
+    EmbeddingSpaceLabel,
+    EmbeddingSpaceStatus,
+    PoolingSpec,
+    Task,
+)
+
+
+class CorpusSpec(Spec):
+    """The corpus: JSONL lines {"id": "...", "text": "..."} or {"id": "...", "token_ids": [...]}. A line that is
+    not one of these, or repeats an earlier id, is recorded in its shard's failed.jsonl and skipped; a preflight
+    init container counts the lines and reports the bad ones before vLLM starts."""
+
+    volume: ClaimPath = Field(description="The JSONL file on a claim (mounted read-only).")
+
+
+class VectorOutputSpec(Spec):
+    """Where the vectors and manifests go."""
+
+    volume: ClaimPath = Field(
+        description="Output folder on a claim: per shard shard-<i>/part-<n>.safetensors (one tensor 'vectors' "
+        "[rows, dim] per batch), shard-<i>/manifest.jsonl (one line per input: id, file, row, rows, tokens, "
+        "bytes), shard-<i>/run.json (vLLM version and command line, model, revision, embedding space), "
+        "shard-<i>/failed.jsonl and shard-<i>/_SUCCESS. The claim is never deleted by the operator."
+    )
+    storage_budget: Quantity | None = Field(
+        default=None,
+        description="Most bytes of vectors the job may write (e.g. 200Gi), split evenly across shards; a shard "
+        "stops cleanly before a part file would exceed its share.",
+    )
+
+
+class PoolingJobSpec(Spec):
+    """An Indexed Job: each shard runs vLLM (runner pooling, one task) and a driver sending it the corpus in
+    batches."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self == oldSelf", M.POOLING_JOB_IMMUTABLE),
+            cel("!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)", M.PARALLELISM_LE_SHARDS, ".parallelism"),
+            cel(
+                "!has(self.pooling) || !has(self.pooling.type) || "
+                "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
+                M.POOLING_TYPE_FOR_TASK,
+                ".pooling.type",
+            ),
+            MATRYOSHKA_RULE,
+            cel(
+                "!has(self.pooling) || !has(self.pooling.dimensions) || self.task in ['embed', 'token_embed']",
+                M.DIMENSIONS_EMBEDDING_ONLY,
+                ".pooling.dimensions",
+            ),
+        )
+    )
+
+    model: ModelSpec = Field(description="The model, as a PoolingService's.")
+    task: Task = Field(
+        description="The one pooling task: embed or classify (one row per input, through /v1/embeddings or "
+        "/pooling), token_embed or token_classify (one row per token, through /pooling)."
+    )
+    convert: Convert = Field(
+        default="auto",
+        description="Adapt a model to pooling (--convert): auto, none, embed or classify. Default auto.",
+    )
+    pooling: PoolingSpec | None = Field(default=None, description=PoolingSpec.__doc__)
+    embedding_space: EmbeddingSpaceLabel | None = Field(
+        default=None,
+        description="A label for the vector space the output belongs to. It goes into every shard's run.json "
+        "with the space's fingerprint, the same one a PoolingService with this model and pooling publishes "
+        "(status.embeddingSpace), so an index built from the output can be matched to the service that answers "
+        "its queries.",
+    )
+    dataset: CorpusSpec = Field(description=CorpusSpec.__doc__)
+    output: VectorOutputSpec = Field(description=VectorOutputSpec.__doc__)
+    shards: int = Field(default=1, ge=1, le=10000, description="Indexed Job completions. Default 1.")
+    parallelism: int | None = Field(default=None, ge=1, le=10000, description="Shards running at once. Default: shards.")
+    batch_size: int = Field(
+        default=64, ge=1, le=4096, description="Inputs per request to vLLM; one part file per batch. Default 64."
+    )
+    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
+    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
+    backoff_limit_per_shard: int = Field(
+        default=3, ge=0, le=100, description="Retries of one shard before it counts as failed. Default 3."
+    )
+    queue: QueueSpec | None = Field(default=None, description=QueueSpec.__doc__)
+    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
+
+
+class CorpusStatus(Spec):
+    """What the preflight found in the corpus, before vLLM started."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    lines: int | None = Field(default=None, description="Non-blank lines in the corpus file. Lines that are not an "
+                              "input count in samples.failed and are listed in their shard's failed.jsonl.")  # fmt: skip
+    checked_shards: int | None = Field(default=None, description="Shards whose preflight has reported.")
+
+
+class VectorsStatus(Spec):
+    """What the output holds."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    dtype: str | None = Field(default=None, description="The vectors' dtype: float32, float16 or bfloat16 "
+                              "(engine.dtype; float32 when auto).")  # fmt: skip
+    dimension: int | None = Field(default=None, description="Values per row, once a shard has written one.")
+
+
+class VectorStorageStatus(Spec):
+    """What the output will take: the estimate next to the budget."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    estimated_bytes: int | None = Field(
+        default=None,
+        description="Projected bytes of part files for the whole corpus: bytes written per input done, times the "
+        "corpus's inputs. Absent until a shard has written a part file.",
+    )
+    estimate: str | None = Field(default=None, description="estimatedBytes as a quantity (e.g. 1.5Ti).")
+    budget: str | None = Field(default=None, description="spec.output.storageBudget, as written.")
+    basis: str | None = Field(default=None, description="What the estimate is projected from.")
+
+
+class PoolingJobStatus(StatusBase):
+    """Observed state of a PoolingJob."""
+
+    shards: ShardCounts | None = Field(default=None, description=ShardCounts.__doc__)
+    samples: SampleCounts | None = Field(default=None, description=SampleCounts.__doc__)
+    dataset: CorpusStatus | None = Field(default=None, description=CorpusStatus.__doc__)
+    vectors: VectorsStatus | None = Field(default=None, description=VectorsStatus.__doc__)
+    bytes_written: int | None = Field(default=None, description="Bytes of part files written.")
+    output: OutputStatus | None = Field(default=None, description=OutputStatus.__doc__)
+    storage: VectorStorageStatus | None = Field(default=None, description=VectorStorageStatus.__doc__)
+    embedding_space: EmbeddingSpaceStatus | None = Field(default=None, description=EmbeddingSpaceStatus.__doc__)
+    start_time: str | None = Field(default=None, description="When the Job started.")
+    completion_time: str | None = Field(default=None, description="When the Job finished.")

@@ -1,0 +1,83 @@
+"""PoolingJob -> ServiceAccount, Role, RoleBinding, progress ConfigMap and the Indexed Job.
+
+Each shard's pod runs, in order: the preflight (the operator's image: the corpus read, counted and its bad lines
+reported before vLLM starts), vLLM with runner pooling as a native sidecar, and the driver sending the shard's
+inputs in batches (api/pooling_job_contract). The children are a HiddenStateJob's (builders/jobs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from pooling_operator.api import PoolingJob
+from pooling_operator.api.pooling_job_contract import vector_dtype
+from pooling_operator.builders.common import BuildContext, vllm_volumes
+from pooling_operator.builders.jobs import (
+        dataset_mount,
+    driver_container,
+    indexed_job,
+    job_children,
+    output_mount,
+    progress_configmap_name,
+    shard_budget_bytes,
+    sidecar,
+)
+from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, output_dir
+from pooling_operator.vllm.contract import Contract
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import Workload
+
+
+def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
+    """What the driver records in each shard's run.json: model, revision, image, vLLM's full command line, the
+    task and the embedding space (label and fingerprint: the one a PoolingService with this model and pooling
+    publishes)."""
+    spec = resource.spec
+    doc = {
+        "model": spec.model.name, "revision": spec.model.revision, "image": w.engine.image, "command": argv,
+        "task": spec.task, "embeddingSpace": {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(resource)},
+    }  # fmt: skip
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def shard_args(resource: PoolingJob, w: Workload) -> list[str]:
+    spec = resource.spec
+    return [
+        "--shard", "$(JOB_COMPLETION_INDEX)",
+        "--shards", str(spec.shards),
+        "--dataset", posixpath.join(DATASET_MOUNT, spec.dataset.volume.path.lstrip("/")),
+        "--progress-configmap", progress_configmap_name(w.name),
+    ]  # fmt: skip
+
+
+def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]:
+    spec = resource.spec
+    args = [
+        "pooling-job", "run", *shard_args(resource, w),
+        "--output", output_dir(spec.output.volume.path),
+        "--endpoint", f"http://127.0.0.1:{DEFAULT_PORT}",
+        "--model", w.served_name,
+        "--task", spec.task,
+        "--batch-size", str(spec.batch_size),
+        "--dtype", vector_dtype(spec.engine.dtype),
+        "--run-info", run_info(resource, w, argv),
+    ]  # fmt: skip
+    budget = shard_budget_bytes(resource)
+    if budget is not None:
+        args += ["--budget-bytes", str(budget)]
+    return args
+
+
+def job(resource: PoolingJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
+    volumes, mounts = vllm_volumes(w, ctx.model_cache)
+    preflight = driver_container("preflight", ["pooling-job", "preflight", *shard_args(resource, w)], ctx, [dataset_mount()])
+    vllm = sidecar(w, argv, resource.spec.resources, mounts)
+    driver = driver_container("driver", driver_args(resource, w, argv), ctx, [dataset_mount(), output_mount()])
+    return indexed_job(resource, w, ctx, [preflight, vllm], driver, volumes)
+
+
+def build_pooling_job(resource: PoolingJob, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
+    """Every child of a PoolingJob (builders.plan resolves the workload view and vLLM's command line once)."""
+    return job_children(w, resource.metadata.uid, job(resource, w, argv, ctx))
