@@ -12,8 +12,8 @@ from pooling_operator.builders import BuildContext, build
 from pooling_operator.builders.diff import needs_apply, with_hash
 from pooling_operator.status import conditions
 from pooling_operator.status.services import invalid_status, service_status
-from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.contract import contract
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.validate import validate
 from tests.factories import generative, pooling
 

@@ -1,5 +1,5 @@
 """pooling-operator: validate | render | crds (offline), run (the operator), hidden-states run (the Job driver),
-model-cache fill (a ModelCache's fill Job), compile-cache restore|save (a service pod's compile cache)."""
+pooling-job run|preflight (a PoolingJob's driver), model-cache fill (a ModelCache's fill Job), compile-cache restore|save (a service pod's compile cache)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pooling_operator.builders.caches import build_cache, claim_name
 from pooling_operator.builders.caches import revision as cache_revision
 from pooling_operator.compile_cache.cli import add_parser as add_compile_cache_parser
 from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
+from pooling_operator.hidden_states.pooling_cli import add_parser as add_pooling_job_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
 from pooling_operator.status.services import share_status
@@ -249,6 +250,7 @@ def parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_run)
 
     add_hidden_states_parser(sub)
+    add_pooling_job_parser(sub)
     add_model_cache_parser(sub)
     add_compile_cache_parser(sub)
     add_simulate_parser(sub)

@@ -57,6 +57,15 @@ class Budget:
                 await self._changed.wait()
             return False
 
+    def try_reserve(self, size: int) -> bool:
+        """Reserve ``size`` bytes now, or never: False when they do not fit, and exhausted from then on (no new
+        work starts; work already under way may still reserve what fits). For sizes known exactly."""
+        if self.fits(size):
+            self.reserved += size
+            return True
+        self.exhausted = True
+        return False
+
     async def settle(self, reserved: int, written: int) -> None:
         """Turn a reservation into ``written`` bytes on disk (0 when the sample produced no file)."""
         async with self._changed:

@@ -57,13 +57,20 @@ def _error_message(status: int, body: bytes) -> str:
 
 
 class VllmClient:
-    def __init__(self, endpoint: str, model: str, *, concurrency: int, request_timeout: float) -> None:
+    def __init__(self, endpoint: str, model: str, *, concurrency: int, request_timeout: float,
+                 max_field_size: int | None = None) -> None:
+        """``max_field_size``: the longest response header line accepted (aiohttp's default, 8190 bytes, when
+        None); the pooling driver's answers carry their metadata in one header."""
         self.endpoint = endpoint.rstrip("/")
         self.model = model
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        limits: dict[str, int] = {}
+        if max_field_size is not None:
+            limits = {"max_field_size": max_field_size, "max_line_size": max_field_size}
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency + 2),
             timeout=self._timeout,
+            **limits,  # type: ignore[arg-type]
         )
         self._tokenize_missing = False
 

@@ -1,4 +1,7 @@
-"""One shard of a JSONL prompt dataset: which lines it owns, and which of them are malformed.
+"""One shard of a JSONL dataset: which lines it owns, and which of them are malformed.
+
+A line is ``{"id": ..., "<text key>": "..."}`` or ``{"id": ..., "token_ids": [...]}``; the text key is
+``prompt`` for a HiddenStateJob and ``text`` for a PoolingJob (api/pooling_job_contract.TEXT_KEY).
 
 A line belongs to shard ``I`` of ``N`` when its 0-based index mod N == I, so the assignment is stable
 across restarts and needs no coordination. Lines are numbered from 1 in everything a person reads
@@ -22,7 +25,7 @@ class DatasetUnreadable(Exception):
 class Sample:
     id: str
     line: int
-    prompt: str | None = None
+    prompt: str | None = None  # the line's text, whatever its key
     token_ids: tuple[int, ...] | None = None
 
 
@@ -37,6 +40,7 @@ class BadLine:
 class Shard:
     samples: list[Sample]
     bad: list[BadLine]
+    lines: int = 0  # the whole file's non-blank lines, every shard's
 
     @property
     def total(self) -> int:
@@ -48,7 +52,7 @@ def owns(index: int, shard: int, shards: int) -> bool:
     return index % shards == shard
 
 
-def parse_line(raw: bytes, line: int) -> Sample | BadLine | None:
+def parse_line(raw: bytes, line: int, text_key: str = "prompt") -> Sample | BadLine | None:
     """One dataset line -> a sample, a bad line with the reason, or None for a blank line."""
     try:
         text = raw.decode("utf-8")
@@ -68,13 +72,13 @@ def parse_line(raw: bytes, line: int) -> Sample | BadLine | None:
     sample_id = str(raw_id)
     if not sample_id:
         return BadLine(line, None, "id must be a non-empty string")
-    has_prompt, has_tokens = "prompt" in doc, "token_ids" in doc
+    has_prompt, has_tokens = text_key in doc, "token_ids" in doc
     if has_prompt == has_tokens:
-        return BadLine(line, sample_id, "needs exactly one of prompt or token_ids")
+        return BadLine(line, sample_id, f"needs exactly one of {text_key} or token_ids")
     if has_prompt:
-        prompt = doc["prompt"]
+        prompt = doc[text_key]
         if not isinstance(prompt, str) or not prompt:
-            return BadLine(line, sample_id, "prompt must be a non-empty string")
+            return BadLine(line, sample_id, f"{text_key} must be a non-empty string")
         return Sample(sample_id, line, prompt=prompt)
     tokens = doc["token_ids"]
     if (
@@ -86,7 +90,7 @@ def parse_line(raw: bytes, line: int) -> Sample | BadLine | None:
     return Sample(sample_id, line, token_ids=tuple(tokens))
 
 
-def read_shard(path: Path, shard: int, shards: int) -> Shard:
+def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt") -> Shard:
     """The samples and bad lines of one shard, in file order.
 
     Every line is parsed (not only this shard's) because duplicate ids are resolved across the whole
@@ -95,11 +99,13 @@ def read_shard(path: Path, shard: int, shards: int) -> Shard:
     first_line: dict[str, int] = {}
     samples: list[Sample] = []
     bad: list[BadLine] = []
+    lines = 0
     try:
         with path.open("rb") as f:
             for index, raw in enumerate(f):
                 mine = owns(index, shard, shards)
-                parsed = parse_line(raw.rstrip(b"\r\n"), index + 1)
+                parsed = parse_line(raw.rstrip(b"\r\n"), index + 1, text_key)
+                lines += parsed is not None
                 if isinstance(parsed, Sample):
                     first = first_line.setdefault(parsed.id, parsed.line)
                     if first != parsed.line:
@@ -109,4 +115,4 @@ def read_shard(path: Path, shard: int, shards: int) -> Shard:
                 (samples if isinstance(parsed, Sample) else bad).append(parsed)  # type: ignore[arg-type]
     except OSError as exc:
         raise DatasetUnreadable(f"{path}: {exc.strerror or exc}") from exc
-    return Shard(samples, bad)
+    return Shard(samples, bad, lines)

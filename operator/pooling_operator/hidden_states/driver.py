@@ -19,30 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pooling_operator import __version__
 from pooling_operator.api.hidden_state_contract import (
     BUDGET_EXCEEDED,
-    DATASET_UNREADABLE,
     EXIT_BUDGET_EXCEEDED,
-    EXIT_DATASET_UNREADABLE,
-    EXIT_FAILED,
     EXIT_OK,
-    EXIT_OUTPUT_FULL,
-    FAILED,
-    OUTPUT_FULL,
     SUCCEEDED,
 )
 from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
 from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
-from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.hidden_states.dataset import Sample, Shard
 from pooling_operator.hidden_states.files import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -61,13 +51,14 @@ from pooling_operator.hidden_states.manifest import (
     Entry,
     FailedLog,
     ManifestWriter,
-    ShardPaths,
     file_name,
     resume,
-    write_json_atomically,
 )
-from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
-from pooling_operator.hidden_states.record import RUN_RECORD, RunRecord, finish, write_record
+from pooling_operator.hidden_states.progress import Sink
+from pooling_operator.hidden_states.record import RunRecord
+from pooling_operator.hidden_states.shard import ServerUnavailable, ShardRun
+
+__all__ = ["Config", "Driver", "ServerUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -95,31 +86,14 @@ class Config:
     progress_interval: float = 5.0
 
 
-class ServerUnavailable(Exception):
-    """vLLM stayed unhealthy past the health timeout."""
+class Driver(ShardRun):
+    config: Config
 
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
-
-
-class Driver:
     def __init__(self, config: Config, sink: Sink | None = None) -> None:
-        self.config = config
-        self.paths = ShardPaths(config.output, config.shard)
-        self.counts = Counts()
-        self.reporter = Reporter(config.shard, sink, self.counts, interval=config.progress_interval)
-        self._executor = ThreadPoolExecutor(max_workers=config.concurrency + 2, thread_name_prefix="hidden-states-io")
-        self._up = asyncio.Event()
-        self._lost = False
-        self._health: asyncio.Task[None] | None = None
-        self.full: str | None = None  # why the output volume counts as full, once it does
+        record = RunRecord(config.shard, config.shards, config.layers, dict(config.run_info or {}),
+                           hidden_size=config.hidden_size)  # fmt: skip
+        super().__init__(config, sink, record, threads="hidden-states-io")
         self.width: int | None = config.dtype_bytes  # bytes a hidden-state value; None until the first file says
-        self.record = RunRecord(config.shard, config.shards, config.layers, dict(config.run_info or {}),
-                                hidden_size=config.hidden_size)  # fmt: skip
         self._recorded_file = False
 
     @property
@@ -127,54 +101,6 @@ class Driver:
         """The width estimates use: the known one, else the widest float vLLM writes (a budget is never
         undershot before the first file has said)."""
         return self.width if self.width is not None else max(DTYPE_BYTES[d] for d in FLOAT_DTYPES)
-
-    @property
-    def name(self) -> str:
-        return f"shard {self.config.shard}"
-
-    async def _io(self, fn, *args):  # type: ignore[no-untyped-def]
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def run(self) -> int:
-        try:
-            return await self._run()
-        finally:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _run(self) -> int:
-        c = self.config
-        try:
-            shard = await self._io(read_shard, c.dataset, c.shard, c.shards)
-        except DatasetUnreadable as exc:
-            log.error("Could not read the dataset of %s: %s", self.name, exc)
-            await self.reporter.final(DATASET_UNREADABLE)
-            return EXIT_DATASET_UNREADABLE
-        self.counts.total = shard.total
-        await self._io(self._write_record)
-        ticker = asyncio.get_running_loop().create_task(self._tick())
-        state, code = FAILED, EXIT_FAILED
-        try:
-            state, code = await self._shard(shard)
-        except* ServerUnavailable as group:
-            log.error("Gave up on %s: %s", self.name, group.exceptions[0])
-        except* OSError as group:
-            # Out of space outside a sample (resuming, failed.jsonl, _SUCCESS): each of those writes is atomic
-            # or cut back, so the folder is as consistent as after a crash. Any other OSError goes on.
-            errors = _leaves(group)
-            if not all(out_of_space(e) for e in errors):
-                raise
-            self._out_of_space(f"{errors[0]}")
-            state, code = self._stop_full()
-        finally:
-            # Also after an unexpected error (which then propagates): the operator should see "failed" at once.
-            ticker.cancel()
-            if self._health is not None:
-                self._health.cancel()
-            finish(self.record, state)
-            with contextlib.suppress(OSError):  # the record is provenance; a full volume must not hide the state
-                await self._io(self._write_record)
-            await self.reporter.final(state)
-        return code
 
     async def _shard(self, shard: Shard) -> tuple[str, int]:
         c = self.config
@@ -228,11 +154,6 @@ class Driver:
         )
         return SUCCEEDED, EXIT_OK
 
-    async def _tick(self) -> None:
-        while True:
-            self.reporter.tick()
-            await asyncio.sleep(min(1.0, self.config.progress_interval))
-
     async def _process(self, todo: list[Sample], client: VllmClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:
         samples: Iterator[Sample] = iter(todo)
@@ -247,31 +168,6 @@ class Driver:
         async with asyncio.TaskGroup() as group:
             for _ in range(min(self.config.concurrency, len(todo))):
                 group.create_task(worker())
-
-    async def _gate(self) -> None:
-        await self._up.wait()
-        if self._lost:
-            raise ServerUnavailable(f"vLLM at {self.config.endpoint} did not recover within {self.config.health_timeout:.0f} s")
-
-    def _server_down(self, client: VllmClient) -> None:
-        """Hold every worker until /health answers again (vLLM restarts as a sidecar) or the timeout passes."""
-        if not self._up.is_set():
-            return
-        self._up.clear()
-        log.warning("vLLM looks down; pausing %s until /health answers", self.name)
-
-        async def watch() -> None:
-            if await client.wait_healthy(self.config.health_timeout):
-                log.info("vLLM is healthy again; resuming %s", self.name)
-            else:
-                self._lost = True
-            self._up.set()
-
-        self._health = asyncio.get_running_loop().create_task(watch())
-
-    def _backoff(self, attempt: int) -> float:
-        c = self.config
-        return min(c.retry_max_seconds, c.retry_base_seconds * 2 ** (attempt - 2)) * random.uniform(0.5, 1.0)
 
     async def _estimate(self, sample: Sample, client: VllmClient) -> int:
         c = self.config
@@ -351,9 +247,6 @@ class Driver:
             if reserved:
                 await budget.settle(reserved, 0)
 
-    def _write_record(self) -> None:
-        write_record(self.paths.folder / RUN_RECORD, self.record, __version__)
-
     def _inspect(self, completion: Completion, sample: Sample) -> FileFacts:
         c = self.config
         tokens = completion.prompt_tokens
@@ -407,32 +300,6 @@ class Driver:
                  self.counts.total, facts.tokens, human_bytes(facts.bytes))
         return True
 
-    def _fail(self, failed: FailedLog, sample: Sample, reason: str) -> None:
-        log.warning("Failed sample %s (line %d) of %s: %s", sample.id, sample.line, self.name, reason)
-        try:
-            failed.add(sample.id, sample.line, reason)
-        except OSError as exc:
-            # Not recorded, so not counted: the next run tries the sample again, as it does every failed one.
-            if not out_of_space(exc):
-                raise
-            self._out_of_space(f"recording failed sample {sample.id}: {exc}")
-            return
-        self.counts.failed += 1
-
-    def _out_of_space(self, why: str) -> None:
-        """Stop taking samples: the output volume is full. The first reason is the one reported."""
-        if self.full is None:
-            self.full = why
-            log.error("The output volume of %s is full; stopping after the samples in flight: %s", self.name, why)
-
-    def _stop_full(self) -> tuple[str, int]:
-        log.error(
-            "Stopped %s: the output volume %s is full (%s); %d of %d samples done and kept. Free space and run the "
-            "job again: it resumes from the manifest.", self.name, self.config.output, self.full, self.counts.done,
-            self.counts.total,
-        )
-        return OUTPUT_FULL, EXIT_OUTPUT_FULL
-
     def _short_of_space(self, completion: Completion, sample: Sample) -> str | None:
         """After a partial file: does the output volume lack the room this sample's file needs? (vLLM writes
         it there; a connector that hits ENOSPC leaves a partial file or none, and says nothing.) Needs the
@@ -449,13 +316,6 @@ class Driver:
         if free >= needed:
             return None
         return f"the output volume has {human_bytes(free)} free, the file needs about {human_bytes(needed)}"
-
-    def _write_success(self, resumed: int) -> None:
-        c = self.config
-        doc = {"shard": c.shard, "shards": c.shards, "total": self.counts.total, "done": self.counts.done,
-               "failed": self.counts.failed, "resumed": resumed, "bytes": self.counts.bytes,
-               "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        write_json_atomically(self.paths.success, doc)
 
     def _clean_staging(self) -> None:
         """Files no request of this run will collect (timed out, abandoned): garbage that counts against the volume."""

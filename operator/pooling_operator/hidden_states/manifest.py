@@ -28,10 +28,11 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pooling_operator.api.hidden_state_contract import (
     FAILED_FIELDS,
@@ -107,6 +108,15 @@ class Entry:
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+class Line(Protocol):
+    """Anything the ManifestWriter appends: its ``line()`` is one or more whole JSON lines."""
+
+    def line(self) -> bytes: ...
+
+
+E = TypeVar("E")
+
+
 def parse_entry(raw: bytes) -> Entry | None:
     try:
         doc = json.loads(raw)
@@ -134,8 +144,8 @@ class Resumed:
         return sum(e.bytes for e in self.entries.values())
 
 
-def read_manifest(path: Path) -> tuple[list[Entry], int, int | None]:
-    """(entries, unreadable line count, truncate_at).
+def read_manifest(path: Path, parse: Callable[[bytes], E | None] = parse_entry) -> tuple[list[E], int, int | None]:  # type: ignore[assignment]
+    """(entries, unreadable line count, truncate_at); ``parse`` reads one line (None: unreadable).
 
     ``truncate_at`` is the byte length of the good prefix when the unreadable lines are all at the end
     (a torn last line after a crash, normally), so cutting them off loses nothing; None otherwise.
@@ -144,13 +154,13 @@ def read_manifest(path: Path) -> tuple[list[Entry], int, int | None]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0, None
-    entries: list[Entry] = []
+    entries: list[E] = []
     bad = 0
     good_prefix = 0
     position = 0
     for raw in data.splitlines(keepends=True):
         position += len(raw)
-        entry = parse_entry(raw) if raw.endswith(b"\n") else None
+        entry = parse(raw) if raw.endswith(b"\n") else None
         if entry is None:
             bad += 1
             continue
@@ -199,17 +209,20 @@ def resume(paths: ShardPaths) -> Resumed:
             if child.is_file():
                 child.unlink()
                 result.staged += child.name.endswith(SAMPLE_SUFFIX)
-    duplicates = len(lines) - missing - len(kept)
-    if truncate_at is not None and not missing and not duplicates:
-        os.truncate(paths.manifest, truncate_at)
-        _fsync_path(paths.manifest)
-    elif bad or missing or duplicates:
-        _rewrite(paths.manifest, list(kept.values()))
+    repair_manifest(paths.manifest, len(lines), bad, missing, truncate_at, list(kept.values()))
     return result
 
 
-def _rewrite(path: Path, entries: list[Entry]) -> None:
-    replace_atomically(path, b"".join(e.line() for e in entries))
+def repair_manifest(path: Path, lines: int, bad: int, missing: int, truncate_at: int | None, kept: list[Line]) -> None:
+    """After resume has judged a manifest's ``lines`` readable lines: cut off a torn tail when that is all that
+    went (``truncate_at``, from read_manifest), else rewrite it atomically with the ``kept`` entries when any
+    line went (``bad`` unreadable, ``missing`` stale, or repeated ids: ``lines - missing - len(kept)``)."""
+    duplicates = lines - missing - len(kept)
+    if truncate_at is not None and not missing and not duplicates:
+        os.truncate(path, truncate_at)
+        _fsync_path(path)
+    elif bad or missing or duplicates:
+        replace_atomically(path, b"".join(e.line() for e in kept))
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
@@ -289,7 +302,8 @@ class ManifestWriter:
         self._flushing = False
         self._task: asyncio.Task[None] | None = None
 
-    async def append(self, entry: Entry) -> None:
+    async def append(self, entry: Line) -> None:
+        """``entry.line()`` may hold several lines: they are written together, in one write."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._pending.append((entry.line(), future))

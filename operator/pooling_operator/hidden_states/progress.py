@@ -2,7 +2,9 @@
 
 The payload is compact JSON under data key ``shard-<I>`` of the job's progress ConfigMap:
 ``{"state", "done", "failed", "bytes", "total", "updated", "tokens", "hiddenSize", "valueBytes"}`` with state one of running, succeeded,
-failed, budget_exceeded, dataset_unreadable; key, fields and states are api/hidden_state_contract's.
+failed, budget_exceeded, dataset_unreadable; key, fields and states are api/hidden_state_contract's. A
+PoolingJob's records add ``lines`` (the dataset's non-blank lines, api/pooling_job_contract.PROGRESS_LINES)
+and may say ``checked`` (its preflight).
 Writes happen at most every ``interval`` seconds while running and once at the end. A failed write is
 logged and never stops the shard: progress is a view, the manifest is the record.
 """
@@ -30,6 +32,7 @@ from pooling_operator.api.hidden_state_contract import (
     RUNNING,
     progress_key,
 )
+from pooling_operator.api.pooling_job_contract import PROGRESS_LINES
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ class Counts:
     tokens: int = 0  # prompt tokens of the done samples (what the storage estimate projects from)
     hidden_size: int = 0  # 0 until known (the flag, or the first file)
     value_bytes: int = 0
+    lines: int | None = None  # the dataset's non-blank lines (a PoolingJob's records only)
 
 
 def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
@@ -54,6 +58,8 @@ def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
            PROGRESS_BYTES: counts.bytes, PROGRESS_TOTAL: counts.total, PROGRESS_UPDATED: updated,
            PROGRESS_TOKENS: counts.tokens, PROGRESS_HIDDEN_SIZE: counts.hidden_size,
            PROGRESS_VALUE_BYTES: counts.value_bytes}
+    if counts.lines is not None:
+        doc[PROGRESS_LINES] = counts.lines
     return json.dumps(doc, separators=(",", ":"))
 
 

@@ -6,6 +6,10 @@ were made, so a reader months later can tell two runs apart and reproduce one: v
 hidden size the files hold (from the first file of this run when the engine's dtype was auto), the driver's
 version, and when the run started and ended. Written atomically at the start of each run, when the first
 file has told the dtype, and at the end; a resumed shard's record is the last run's.
+
+A PoolingJob's record (``task`` set: the vectors mode) has no layers and hidden size; instead it carries the
+task, the embedding space (label and fingerprint, from --run-info) and the vectors' dtype (the requested
+one: float32, float16 or bfloat16) and dimension (from the first answer, or the files a resumed run kept).
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ class RunRecord:
     started: str = field(default_factory=lambda: _now())
     finished: str | None = None
     state: str = "running"
+    task: str | None = None  # the vectors mode (a PoolingJob) when set
+    dimension: int | None = None  # the vectors' last axis, once known
 
     def doc(self, driver_version: str) -> dict[str, Any]:
+        if self.task is not None:
+            return self._vectors_doc(driver_version)
         return {
             "shard": self.shard,
             "shards": self.shards,
@@ -48,6 +56,25 @@ class RunRecord:
             "hiddenSize": self.hidden_size,
             "driver": {"version": driver_version},
         }
+
+
+    def _vectors_doc(self, driver_version: str) -> dict[str, Any]:
+        space = self.run_info.get("embeddingSpace")
+        return {
+            "shard": self.shard,
+            "shards": self.shards,
+            "state": self.state,
+            "started": self.started,
+            "finished": self.finished,
+            "vllm": {"version": self.vllm_version, "image": self.run_info.get("image"),
+                     "command": self.run_info.get("command")},
+            "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
+            "task": self.task,
+            "embeddingSpace": space if isinstance(space, dict) else None,
+            "dtype": self.dtype,
+            "dimension": self.dimension,
+            "driver": {"version": driver_version},
+        }  # fmt: skip
 
 
 def _now() -> str:

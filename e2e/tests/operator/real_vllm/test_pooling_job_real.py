@@ -1,0 +1,190 @@
+"""A PoolingJob run for real: examples/minilm-corpus-embeddings.yaml on the pod runner, its preflight and driver
+from this repository, vLLM 0.32 with all-MiniLM-L6-v2 as the native sidecar; beside it the PoolingService of
+examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (the session's server pool:
+test_examples starts the same server, so the two share it).
+
+Two shards, one at a time. Mid-shard the driver of shard 0 is SIGKILLed: the pod fails and the Job retries the
+index in a new pod, which resumes from the manifest. Then every input is in exactly one manifest line, each line's
+row holds a vector equal to sentence-transformers' for its text (cosine >= 0.9999; e2e/realvllm/oracles.py, which
+never imports vllm) and to what the PoolingService answers, the two bad lines of the corpus are in failed.jsonl,
+and every shard's run.json carries the embedding space's fingerprint that the PoolingService publishes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from e2e.controlplane import REPO_ROOT, ControlPlane
+from e2e.harness.poll import wait_for
+from e2e.operator_process import OperatorProcess
+from e2e.realvllm import runtime
+from e2e.realvllm.runner_process import SMALL_SERVER_RESOURCES, PodRunner, on_this_machine, placed
+from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
+from e2e.tests.operator.real_vllm.pool import slot
+
+pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
+
+TEXTS = 1000  # 500 per shard: long enough to be killed in the middle of
+WORDS = ("vectors index every passage of a corpus once so that queries later find the nearest few among "
+         "millions while seven platform engineers watch the shards finish one after another").split()  # fmt: skip
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def example(name: str) -> dict[str, Any]:
+    [doc] = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    return doc
+
+
+SERVICE = on_this_machine(example("minilm-embeddings.yaml"))  # exactly test_examples' server: the pool shares it
+
+
+def corpus() -> tuple[list[dict[str, Any]], list[str]]:
+    """The inputs, and the corpus's lines: the inputs plus one line that is not JSON and one repeated id."""
+    rng = random.Random(29)
+    docs = [{"id": f"doc-{i:04d}", "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 120)))}
+            for i in range(TEXTS)]  # fmt: skip
+    lines = [json.dumps(d) for d in docs]
+    lines.insert(100, "{not json")
+    lines.insert(501, json.dumps({"id": "doc-0007", "text": "a second line with an id already used"}))
+    return docs, lines
+
+
+def job(namespace: str) -> dict[str, Any]:
+    """The example, changed only where this machine and the test force it: the 0.32 image and half a CPU (it
+    runs beside the 1-CPU service), two shards one at a time in small batches, and the claims of the runner."""
+    doc = placed(copy.deepcopy(example("minilm-corpus-embeddings.yaml")))
+    doc["metadata"]["namespace"] = namespace
+    spec = doc["spec"]
+    spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
+    spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
+    spec.update(shards=2, parallelism=1, batchSize=8)
+    spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/corpus.jsonl"}}
+    spec["output"] = {"volume": {"claimName": "data", "path": f"/{namespace}/out"}}
+    return doc
+
+
+def manifest(out: Path, shard: int) -> list[dict[str, Any]]:
+    p = out / f"shard-{shard}" / "manifest.jsonl"
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.endswith("}")]
+
+
+def running_driver(cluster: ControlPlane, pod_runner: PodRunner, namespace: str, index: int) -> dict[str, Any] | None:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    for p in pods:
+        if (p["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index") != str(index):
+            continue
+        try:
+            rec = pod_runner.pod(namespace, p["metadata"]["name"])
+        except FileNotFoundError:
+            continue
+        if (rec["containers"].get("driver") or {}).get("pid"):
+            return rec
+    return None
+
+
+def cosine(a: Any, b: Any) -> float:
+    dot = sum(float(x) * float(y) for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(float(x) ** 2 for x in a)) * math.sqrt(sum(float(y) ** 2 for y in b)))
+
+
+POOL = [slot("the PoolingJob's vLLM sidecar"), SERVICE]
+
+
+def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
+    cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner, namespace: str,
+    vllm_runtime: runtime.Runtime, server_pool: ServerPool,
+) -> None:  # fmt: skip
+    began = time.monotonic()
+    docs, lines = corpus()
+    data = pod_runner.data_claim(namespace) / namespace
+    data.mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(line + "\n" for line in lines))
+    out = data / "out"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(job(namespace)))
+
+    # shard 0: once a few batches have landed, SIGKILL the driver; the Job retries the index in a new pod
+    wait_for(lambda: len(manifest(out, 0)) >= 24, timeout=900, what="shard 0 writing vectors (vLLM start-up)")
+    rec = running_driver(cluster, pod_runner, namespace, 0)
+    assert rec is not None
+    landed = len(manifest(out, 0))
+    assert landed < TEXTS // 2, "shard 0 finished before its driver could be killed in its middle"
+    os.killpg(rec["containers"]["driver"]["pid"], signal.SIGKILL)
+    print(f"pooling job: killed the driver of shard 0 after {landed} inputs, {time.monotonic() - began:.0f} s in")
+
+    def succeeded() -> dict[str, Any] | None:
+        obj = json.loads(cluster.kubectl("get", "poolingjob", "minilm-corpus", "-n", namespace, "-o", "json").stdout)
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        if conds.get("Failed", {}).get("status") == "True":
+            logs = "\n".join(pod_runner.container_log(namespace, p["name"]) for p in pod_runner.pods(namespace))
+            raise AssertionError(f"the job failed: {conds['Failed']}\n{logs}")
+        return obj if conds.get("Succeeded", {}).get("status") == "True" else None
+
+    obj = wait_for(succeeded, timeout=1200, what="the PoolingJob Succeeded")
+    print(f"pooling job: Succeeded {time.monotonic() - began:.0f} s after apply")
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    index0 = [p for p in pods if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    assert sorted(p["status"]["phase"] for p in index0) == ["Failed", "Succeeded"]
+
+    # nothing lost, nothing duplicated: every input in exactly one line, each line's row in its part file
+    vectors: dict[str, Any] = {}
+    parts: dict[Path, dict[str, Any]] = {}
+    for shard in (0, 1):
+        for e in manifest(out, shard):
+            path = out / f"shard-{shard}" / e["file"]
+            if path not in parts:
+                parts[path] = load_file(str(path))
+            assert e["rows"] == 1 and path.stat().st_size == e["bytes"], e
+            assert e["id"] not in vectors, f"{e['id']} is in two manifest lines"
+            vectors[e["id"]] = parts[path]["vectors"][e["row"]]
+    assert set(vectors) == {d["id"] for d in docs}, (len(vectors), TEXTS)
+    assert {str(t["vectors"].dtype) for t in parts.values()} == {"float32"}
+    assert {t["vectors"].shape[1] for t in parts.values()} == {384}
+    leftovers = [p for p in out.rglob("*.safetensors") if p not in parts]
+    assert not leftovers, leftovers[:5]
+    failed = [json.loads(x) for s in (0, 1) for x in (out / f"shard-{s}" / "failed.jsonl").read_text().splitlines()]
+    assert sorted(f["line"] for f in failed) == [101, 502], failed  # the two bad lines, numbered from 1
+
+    status = obj["status"]
+    assert status["samples"] == {"done": TEXTS, "failed": 2}, status
+    assert status["dataset"]["lines"] == len(lines) and status["vectors"] == {"dtype": "float32", "dimension": 384}
+    assert status["bytesWritten"] == sum(p.stat().st_size for p in parts)
+
+    # every vector against sentence-transformers (no vllm in that process) and against the PoolingService
+    texts = [d["text"] for d in docs]
+    want = oracle(vllm_runtime, "embed", str(vllm_runtime.model_dir(runtime.MINILM)), {"sentences": texts})["vectors"]
+    worst_reference = min(cosine(vectors[d["id"]], w) for d, w in zip(docs, want, strict=True))
+    with server_pool.serving(SERVICE) as served:
+        answered: list[list[float]] = []
+        for i in range(0, TEXTS, 100):
+            r = httpx.post(f"{served.url}/v1/embeddings", json={"model": "minilm", "input": texts[i : i + 100]}, timeout=300)
+            assert r.status_code == 200, r.text
+            answered += [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
+        fingerprint = served.status["embeddingSpace"]["fingerprint"]
+    worst_service = min(cosine(vectors[d["id"]], a) for d, a in zip(docs, answered, strict=True))
+    assert worst_reference >= 0.9999, worst_reference
+    assert worst_service >= 0.9999, worst_service
+
+    # provenance: each shard's run record names the space the PoolingService serves
+    for shard in (0, 1):
+        record = json.loads((out / f"shard-{shard}" / "run.json").read_text())
+        assert record["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": fingerprint}, record
+        assert record["vllm"]["version"].startswith("0.32") and record["vllm"]["command"][:2] == ["vllm", "serve"]
+        assert record["model"] == {"name": runtime.MINILM.repo_id, "revision": SERVICE["spec"]["model"]["revision"]}
+    assert status["embeddingSpace"]["fingerprint"] == fingerprint
+    print(f"pooling job: {TEXTS} vectors, min cosine {worst_reference:.6f} against sentence-transformers and "
+          f"{worst_service:.6f} against the PoolingService; {len(parts)} part files, {status['bytesWritten']} bytes; "
+          f"{time.monotonic() - began:.0f} s in all")

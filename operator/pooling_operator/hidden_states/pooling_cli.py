@@ -1,0 +1,150 @@
+"""``pooling-operator pooling-job run|preflight``: the command lines of a PoolingJob's containers.
+
+``preflight`` is the pod's init container (it runs before the vLLM sidecar starts): it reads the dataset and
+reports the shard's counts. ``run`` is the main container. builders/ renders exactly the required flags; the
+optional ones tune retries and timeouts. The driver is imported only when it runs. Exit codes are the
+HiddenStateJob's (api/hidden_state_contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pooling_operator.api.hidden_state_contract import EXIT_FAILED, EXIT_USAGE
+from pooling_operator.api.pooling_job_contract import ROUTES, VECTOR_DTYPES
+from pooling_operator.hidden_states.cli import _non_negative, _positive, _run_info
+
+if TYPE_CHECKING:
+    from pooling_operator.hidden_states.pooling_driver import PoolingConfig
+    from pooling_operator.hidden_states.progress import Sink
+
+EXIT_CODES = ("Exit codes: 0 done, 1 vLLM unavailable or an unexpected error, 2 bad arguments, 3 storage budget "
+              "reached, 4 dataset unreadable, 5 output volume full.")  # fmt: skip
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _shard_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=_non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
+    p.add_argument("--shards", type=_positive, required=True, help="number of shards")
+    p.add_argument("--dataset", type=Path, required=True, help='the JSONL dataset: {"id", "text"} or {"id", "token_ids"}')
+    p.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``pooling-job run`` and ``pooling-job preflight`` on the main CLI's subparsers."""
+    pj = subparsers.add_parser("pooling-job", help="the PoolingJob driver (runs inside the Job's pods)")
+    pj_sub = pj.add_subparsers(dest="pooling_job_command", required=True)
+    r = pj_sub.add_parser("run", help="embed one dataset shard through the vLLM beside it, resumably",
+                          description=EXIT_CODES)  # fmt: skip
+    _shard_flags(r)
+    r.add_argument("--output", type=Path, required=True, help="the job's output folder")
+    r.add_argument("--endpoint", required=True, help="vLLM's base URL")
+    r.add_argument("--model", required=True, help="vLLM's served model name")
+    r.add_argument("--task", choices=tuple(ROUTES), required=True, help="the pooling task vLLM serves")
+    r.add_argument("--batch-size", type=_positive, required=True, help="inputs a request")
+    r.add_argument("--dtype", choices=tuple(VECTOR_DTYPES), required=True, help="the vectors' dtype in the files")
+    r.add_argument("--run-info", type=_run_info, default=None, metavar="JSON",
+                   help="what the operator ran, for run.json: model, revision, image, command, task, embeddingSpace")  # fmt: skip
+    r.add_argument("--budget-bytes", type=_non_negative, help="this shard's share of the storage budget")
+    r.add_argument("--concurrency", type=_positive, default=4, help="batches in flight (default 4)")
+    r.add_argument("--max-attempts", type=_positive, default=4, help="tries per batch (default 4)")
+    r.add_argument("--retry-base-seconds", type=float, default=0.5, help="first retry delay, doubling (default 0.5)")
+    r.add_argument("--health-timeout", type=_seconds, default=1800.0, help="seconds to wait for vLLM /health (default 1800)")
+    r.add_argument("--request-timeout", type=_seconds, default=600.0, help="seconds per request (default 600)")
+    r.add_argument("--progress-interval", type=_seconds, default=5.0, help="seconds between progress writes (default 5)")
+    r.set_defaults(func=cmd_run)
+    p = pj_sub.add_parser("preflight", help="read the dataset and report the shard's counts (before vLLM starts)",
+                          description="Exit codes: 0 read (bad lines included), 2 bad arguments, 4 dataset unreadable.")  # fmt: skip
+    _shard_flags(p)
+    p.set_defaults(func=cmd_preflight)
+
+
+def config_from(args: argparse.Namespace) -> PoolingConfig:
+    from pooling_operator.hidden_states.pooling_driver import PoolingConfig
+
+    return PoolingConfig(
+        shard=args.shard, shards=args.shards, dataset=args.dataset, output=args.output, endpoint=args.endpoint,
+        model=args.model, task=args.task, batch_size=args.batch_size, dtype=args.dtype, run_info=args.run_info,
+        budget_bytes=args.budget_bytes, concurrency=args.concurrency, max_attempts=args.max_attempts,
+        retry_base_seconds=args.retry_base_seconds, health_timeout=args.health_timeout,
+        request_timeout=args.request_timeout, progress_interval=args.progress_interval,
+    )  # fmt: skip
+
+
+def _setup(args: argparse.Namespace) -> str | None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    if args.shard >= args.shards:
+        return f"--shard {args.shard} is not below --shards {args.shards}"
+    if getattr(args, "run_info", None) is not None and args.run_info.get("task") not in (None, args.task):
+        return f"--task {args.task} differs from --run-info's task {args.run_info.get('task')!r}"
+    return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    problem = _setup(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    config = config_from(args)
+
+    async def go(sink: Sink | None) -> int:
+        from pooling_operator.hidden_states.pooling_driver import PoolingDriver
+
+        return await PoolingDriver(config, sink).run()
+
+    return asyncio.run(_reporting(args.progress_configmap, args.shard, go))
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    problem = _setup(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def go(sink: Sink | None) -> int:
+        from pooling_operator.hidden_states.pooling_driver import preflight
+
+        return await preflight(args.dataset, args.shard, args.shards, sink)
+
+    return asyncio.run(_reporting(args.progress_configmap, args.shard, go))
+
+
+async def _reporting(configmap: str, shard: int, go: Callable[[Sink | None], Awaitable[int]]) -> int:
+    writer = None
+    if configmap:
+        # Imported here: only a driver that reports needs the Kubernetes client.
+        from pooling_operator.k8s.progress import progress_configmap
+
+        writer = progress_configmap(configmap)
+    try:
+        return await go(writer.write if writer else None)
+    except Exception:
+        logging.getLogger(__name__).exception("The PoolingJob driver of shard %d failed", shard)
+        return EXIT_FAILED
+    finally:
+        if writer is not None:
+            await writer.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``pooling-job ...`` on its own, for tests and tools that do not go through pooling-operator."""
+    parser = argparse.ArgumentParser(prog="pooling-operator")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,324 @@
+"""One shard of a PoolingJob, start to finish: resume, send batches to vLLM, write part files, account, report.
+
+The HiddenStateJob driver's machinery (shard.ShardRun: dataset, run record, progress, the pause while vLLM
+is down, a full volume, ``_SUCCESS``) with batches instead of single prompts: consecutive inputs of the
+shard in file order, ``--batch-size`` at a time (a batch never mixes texts and token-id lists), at most
+``--concurrency`` batches in flight. Each batch's answer becomes one part file, then one append of its
+manifest lines (vectors.py); an input counts as done only once its line is on disk, so a SIGKILL at any
+instant loses nothing and duplicates nothing after the next run's resume.
+
+- A batch vLLM refuses for its inputs (400/422: one text longer than the context, a token id out of the
+  vocabulary) is split in halves, recursively, until each input at fault is alone: those go to failed.jsonl
+  with vLLM's message, the rest succeed.
+- Transient errors retry with backoff (``--max-attempts`` per batch; then its inputs fail), and every worker
+  waits while /health is down. An answer that does not match its request is transient too.
+- An answer that no input could change (an unknown model, a task the server does not pool) stops the shard:
+  state failed, exit 1.
+- Budget: each part file's exact size is reserved before it is written; one that does not fit stops new
+  batches (those in flight still write if they fit) and the shard ends budget_exceeded, exit 3.
+- A full volume (ENOSPC, EDQUOT) ends it output_full, exit 5, the folder as consistent as after a crash.
+
+Prompt tokens per input: exact where the answer or the input says so (a token-id input: its length; the
+token tasks: its rows; a batch of one text: vLLM's usage), else 0, since vLLM reports only the batch's total
+(a share of it would be invented precision). Progress reports count inputs; ``hiddenSize`` is the vector
+dimension and ``valueBytes`` the dtype's width.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pooling_operator.api.hidden_state_contract import (
+    BUDGET_EXCEEDED,
+    DATASET_UNREADABLE,
+    EXIT_BUDGET_EXCEEDED,
+    EXIT_DATASET_UNREADABLE,
+    EXIT_OK,
+    SUCCEEDED,
+)
+from pooling_operator.api.pooling_job_contract import (
+    CHECKED,
+    TEXT_KEY,
+    TOKEN_TASKS,
+    VECTOR_BYTES,
+    VECTOR_DTYPES,
+    part_name,
+)
+from pooling_operator.hidden_states.budget import Budget, human_bytes
+from pooling_operator.hidden_states.client import Transient
+from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.hidden_states.files import out_of_space, remove
+from pooling_operator.hidden_states.manifest import FailedLog, ManifestWriter
+from pooling_operator.hidden_states.pooling_client import Misconfigured, PoolingClient, Refused, Vectors
+from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
+from pooling_operator.hidden_states.record import RunRecord
+from pooling_operator.hidden_states.shard import ShardFailed, ShardRun
+from pooling_operator.hidden_states.vectors import (
+    PartLines,
+    VectorEntry,
+    part_header,
+    resume_vectors,
+    write_part,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolingConfig:
+    shard: int
+    shards: int
+    dataset: Path
+    output: Path
+    endpoint: str
+    model: str
+    task: str  # embed, classify, token_embed or token_classify
+    batch_size: int
+    dtype: str  # the vector dtype: float32, float16 or bfloat16
+    run_info: dict[str, Any] | None = None  # the operator's --run-info: model, revision, image, command, embeddingSpace
+    budget_bytes: int | None = None
+    concurrency: int = 4
+    max_attempts: int = 4
+    retry_base_seconds: float = 0.5
+    retry_max_seconds: float = 30.0
+    health_timeout: float = 1800.0
+    request_timeout: float = 600.0
+    progress_interval: float = 5.0
+
+
+def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
+    """Consecutive samples, ``size`` at most, a new batch wherever texts and token-id lists alternate."""
+    batch: list[Sample] = []
+    for sample in samples:
+        if batch and (len(batch) >= size or (sample.prompt is None) != (batch[0].prompt is None)):
+            yield batch
+            batch = []
+        batch.append(sample)
+    if batch:
+        yield batch
+
+
+def _inputs(batch: Sequence[Sample]) -> list[str] | list[tuple[int, ...]]:
+    if batch[0].prompt is not None:
+        return [s.prompt for s in batch if s.prompt is not None]
+    return [s.token_ids for s in batch if s.token_ids is not None]
+
+
+class PoolingDriver(ShardRun):
+    config: PoolingConfig
+    text_key = TEXT_KEY
+    unit = "inputs"
+
+    def __init__(self, config: PoolingConfig, sink: Sink | None = None) -> None:
+        record = RunRecord(config.shard, config.shards, (), dict(config.run_info or {}), dtype=config.dtype,
+                           task=config.task)  # fmt: skip
+        super().__init__(config, sink, record, threads="pooling-io")
+        self.st_dtype = VECTOR_DTYPES[config.dtype]
+        self.dim: int | None = None  # the vectors' dimension: from the kept parts or the first answer
+        self.next_part = 0
+
+    def _loaded(self, shard: Shard) -> None:
+        super()._loaded(shard)
+        self.counts.lines = shard.lines
+        self.counts.value_bytes = VECTOR_BYTES[self.config.dtype]
+
+    def _learn_dim(self, dim: int) -> bool:
+        """The first dimension known; True when it is new."""
+        if self.dim is not None:
+            return False
+        self.dim = self.record.dimension = self.counts.hidden_size = dim
+        return True
+
+    async def _shard(self, shard: Shard) -> tuple[str, int]:
+        c = self.config
+        resumed = await self._io(resume_vectors, self.paths, self.st_dtype)
+        mine = {s.id for s in shard.samples}
+        resumed_count = len(mine & resumed.entries.keys())
+        todo = [s for s in shard.samples if s.id not in resumed.entries]
+        self.next_part = resumed.next_part
+        if resumed.dim is not None:
+            self._learn_dim(resumed.dim)
+        self.counts.done = resumed_count
+        self.counts.bytes = resumed.bytes
+        self.counts.tokens = sum(e.tokens for i, e in resumed.entries.items() if i in mine)
+        log.info(
+            "Resumed %s: %d of %d inputs already in the manifest (%d part files, %s), %d malformed lines; dropped %d "
+            "torn and %d stale manifest lines, %d orphan part files and %d temporary files; next part %s", self.name,
+            resumed_count, shard.total, len(resumed.sizes), human_bytes(resumed.bytes), len(shard.bad), resumed.torn,
+            resumed.missing, resumed.orphans, resumed.leftovers, part_name(self.next_part),
+        )
+        budget = Budget(c.budget_bytes, resumed.bytes)
+        async with contextlib.AsyncExitStack() as stack:
+            failed = FailedLog(self.paths.failed)
+            stack.callback(failed.close)
+            for bad in shard.bad:
+                failed.add(bad.id, bad.line, bad.reason)
+                log.warning("Skipped line %d of the dataset (%s): %s", bad.line, self.name, bad.reason)
+            self.counts.failed = failed.count
+            manifest = ManifestWriter(self.paths.manifest, self._executor)
+            stack.callback(manifest.close)
+            client = PoolingClient(c.endpoint, c.model, task=c.task, dtype=c.dtype, batch_size=c.batch_size,
+                                   concurrency=c.concurrency, request_timeout=c.request_timeout)  # fmt: skip
+            stack.push_async_callback(client.close)
+            if todo:
+                log.info("Waiting for vLLM at %s to be healthy", c.endpoint)
+                if not await client.wait_healthy(c.health_timeout):
+                    raise ShardFailed(f"vLLM at {c.endpoint} was not healthy within {c.health_timeout:.0f} s")
+                self._up.set()
+                self.record.vllm_version = await client.version()
+                await self._io(self._write_record)
+                log.info("Sending %d inputs of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
+                         self.name, c.endpoint, client.route, c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
+                await self._process(todo, client, manifest, failed, budget)
+        if self.full is not None:
+            return self._stop_full()
+        if budget.exhausted:
+            log.error(
+                "Stopped %s before exceeding its storage budget: %s of %s used, %d of %d inputs done", self.name,
+                human_bytes(budget.used), human_bytes(budget.limit or 0), self.counts.done, shard.total,
+            )
+            return BUDGET_EXCEEDED, EXIT_BUDGET_EXCEEDED
+        await self._io(self._write_success, resumed_count)
+        log.info(
+            "Finished %s: %d done (%d from earlier runs), %d failed, %s", self.name, self.counts.done, resumed_count,
+            self.counts.failed, human_bytes(self.counts.bytes),
+        )
+        return SUCCEEDED, EXIT_OK
+
+    async def _process(self, todo: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
+                       budget: Budget) -> None:
+        work = batches(todo, self.config.batch_size)
+        count = -(-len(todo) // self.config.batch_size)
+
+        async def worker() -> None:
+            # One shared iterator: each worker takes the next batch when it is free (bounded concurrency).
+            for batch in work:
+                if budget.exhausted or self.full is not None:
+                    return
+                await self._batch(batch, client, manifest, failed, budget)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(self.config.concurrency, count)):
+                group.create_task(worker())
+
+    async def _batch(self, batch: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
+                     budget: Budget) -> None:
+        c = self.config
+        last = ""
+        for attempt in range(1, c.max_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self._backoff(attempt))
+            await self._gate()
+            if self.full is not None:
+                return
+            try:
+                vectors = await client.encode(_inputs(batch), self.dim)
+                if self.dim is not None and vectors.dim != self.dim:  # an answer that raced the first one
+                    raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
+            except Transient as exc:
+                last = exc.reason
+                log.warning("Attempt %d of %d at the batch of %d inputs from %s (line %d) of %s failed: %s", attempt,
+                            c.max_attempts, len(batch), batch[0].id, batch[0].line, self.name, exc.reason)  # fmt: skip
+                if exc.server_down:
+                    self._server_down(client)
+                continue
+            except Refused as exc:
+                if len(batch) == 1:
+                    self._fail(failed, batch[0], exc.reason)
+                    return
+                half = len(batch) // 2
+                log.info("vLLM refused the batch of %d inputs from %s of %s (%s); splitting it", len(batch),
+                         batch[0].id, self.name, exc.reason)  # fmt: skip
+                for part in (batch[:half], batch[half:]):
+                    if budget.exhausted or self.full is not None:
+                        return
+                    await self._batch(part, client, manifest, failed, budget)
+                return
+            except Misconfigured as exc:
+                raise ShardFailed(f"vLLM refused a request no input could change: {exc.reason}") from exc
+            await self._commit(batch, vectors, manifest, budget)
+            return
+        for sample in batch:
+            self._fail(failed, sample, f"gave up after {c.max_attempts} attempts: {last}")
+
+    def _tokens(self, batch: Sequence[Sample], vectors: Vectors) -> list[int]:
+        if self.config.task in TOKEN_TASKS:
+            return list(vectors.rows)
+        if batch[0].token_ids is not None:
+            return [len(s.token_ids or ()) for s in batch]
+        if len(batch) == 1 and vectors.prompt_tokens is not None:
+            return [vectors.prompt_tokens]
+        return [0] * len(batch)
+
+    async def _commit(self, batch: list[Sample], vectors: Vectors, manifest: ManifestWriter, budget: Budget) -> None:
+        """Reserve, write the part file, append its lines; on ENOSPC neither stays (the part is removed once its
+        lines could not be written: the writer has cut them back) and the volume counts as full."""
+        if self._learn_dim(vectors.dim):
+            log.info("%s: the vectors have %d dimensions (%s)", self.name, vectors.dim, self.config.dtype)
+            with contextlib.suppress(OSError):
+                await self._io(self._write_record)
+        header = part_header(self.st_dtype, sum(vectors.rows), vectors.dim, {"task": self.config.task})
+        size = len(header) + len(vectors.data)
+        if not budget.try_reserve(size):
+            log.info("Did not write the batch of %d inputs from %s of %s: its %s would exceed the budget", len(batch),
+                     batch[0].id, self.name, human_bytes(size))  # fmt: skip
+            return
+        index = self.next_part
+        self.next_part += 1
+        name = part_name(index)
+        tokens = self._tokens(batch, vectors)
+        entries: list[VectorEntry] = []
+        row = 0
+        for sample, rows, n in zip(batch, vectors.rows, tokens, strict=True):
+            entries.append(VectorEntry(sample.id, name, row, rows, n, size))
+            row += rows
+        written = 0
+        step = f"writing {name}"
+        try:
+            await self._io(write_part, self.paths.folder, index, header, vectors.data)
+            step = f"appending the manifest lines of {name}"
+            try:
+                await manifest.append(PartLines(tuple(entries)))
+            except OSError:
+                await self._io(remove, self.paths.folder / name)
+                raise
+            written = size
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            self._out_of_space(f"{step}: {exc}")
+            return
+        finally:
+            await budget.settle(size, written)
+        self.counts.done += len(batch)
+        self.counts.bytes += size
+        self.counts.tokens += sum(tokens)
+        log.info("Wrote %s of %s: %d inputs, %d rows, %s (%d of %d done)", name, self.name, len(batch), row,
+                 human_bytes(size), self.counts.done, self.counts.total)  # fmt: skip
+
+
+async def preflight(dataset: Path, shard: int, shards: int, sink: Sink | None) -> int:
+    """The init container's check, before vLLM starts: read the whole dataset, log this shard's bad lines and
+    report state checked with the shard's samples (bad ones included), its bad lines and the dataset's
+    non-blank lines. 0 even with bad lines (they become failed.jsonl lines of the run); 4 when unreadable."""
+    counts = Counts()
+    reporter = Reporter(shard, sink, counts)
+    try:
+        found = await asyncio.to_thread(read_shard, dataset, shard, shards, TEXT_KEY)
+    except DatasetUnreadable as exc:
+        log.error("Could not read the dataset of shard %d: %s", shard, exc)
+        await reporter.final(DATASET_UNREADABLE)
+        return EXIT_DATASET_UNREADABLE
+    for bad in found.bad:
+        log.warning("Line %d of the dataset (shard %d) will be skipped: %s", bad.line, shard, bad.reason)
+    counts.total, counts.failed, counts.lines = found.total, len(found.bad), found.lines
+    log.info("Checked shard %d of %d: %d inputs, %d of them bad; the dataset has %d lines", shard, shards,
+             found.total, len(found.bad), found.lines)  # fmt: skip
+    await reporter.final(CHECKED)
+    return EXIT_OK
