@@ -38,8 +38,8 @@ demo-down: ## Stop the demo's operator and control plane
 
 .PHONY: test
 test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, unit, control-plane, operator and real_vllm tiers
-	@echo "==> control-plane binaries and the vLLM runtime (built in parallel, cached outside the clone)"
-	@$(MAKE) --no-print-directory -j2 cluster-build vllm-runtime-or-skip
+	@echo "==> control-plane binaries, the vLLM runtime and the operator image (built in parallel, cached outside the clone)"
+	@$(MAKE) --no-print-directory -j3 cluster-build vllm-runtime-or-skip image-or-skip
 	@echo "==> third-party controllers (KEDA, Kueue): built in the background at low priority while the tiers run (log: $(CONTROLLERS_LOG)); the tests that need them wait"
 	@mkdir -p $(CLUSTER_DIR) && (nice -n 19 $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
 	@echo "==> unit tier, on both cores (pytest-xdist)"
@@ -53,6 +53,14 @@ test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, u
 .PHONY: controllers
 controllers: venv ## Build the third-party controllers the tests run (KEDA v2.20.2, Kueue v0.17.0; cached; 17 min cold here beside a cold control-plane build)
 	$(PY) -m e2e.build --controllers
+
+.PHONY: image
+image: venv ## Build the operator image from images/operator/Dockerfile with buildah on a debootstrap Debian 12 base (root; cached; ~2 min cold)
+	@$(PY) -m e2e.image
+
+.PHONY: image-or-skip
+image-or-skip: venv
+	@$(PY) -m e2e.image || echo "==> operator image not built (above): test_operator_image.py skips (fails under CI=true, or reports the build's error)"
 
 .PHONY: vllm-runtime-or-skip
 vllm-runtime-or-skip: venv

@@ -1,6 +1,7 @@
-"""The operator image (images/operator/Dockerfile), without Docker: hadolint on the Dockerfile, and the image's
-install step (images/operator/install.sh, which the Dockerfile runs) run here into a clean virtual
-environment whose ``pooling-operator`` then works as the image's entrypoint would."""
+"""The operator image's sources (images/operator/Dockerfile), without a build: hadolint on the Dockerfile, and the
+image's install step (images/operator/install.sh, which the Dockerfile runs) run here into a clean virtual
+environment whose ``pooling-operator`` then works as the image's entrypoint would. The image itself is built and
+run in test_operator_image.py."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_dockerfile_runs_as_a_numeric_user_without_a_shell() -> None:
 def test_the_image_install_step_gives_a_working_operator(tmp_path: Path) -> None:
     shims = tmp_path / "bin"
     shims.mkdir()
-    (shims / "python").symlink_to(sys.executable)  # the image's `python`
+    (shims / "python3").symlink_to(sys.executable)  # the image's `python3`
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("VIRTUAL_ENV", None)
     venv = tmp_path / "opt-venv"
