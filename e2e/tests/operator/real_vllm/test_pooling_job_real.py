@@ -1,7 +1,9 @@
 """A PoolingJob run for real: examples/minilm-corpus-embeddings.yaml on the pod runner, its preflight and driver
 from this repository, vLLM 0.32 with all-MiniLM-L6-v2 as the native sidecar; beside it the PoolingService of
-examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (the session's server pool:
-test_examples starts the same server, so the two share it).
+examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (the session's server pool
+starts it beside the job). Both run with ``--enforce-eager`` and half a CPU (runner_process.EAGER_ARGS and
+SMALL_SERVER_RESOURCES, machine overrides: outside the embedding space's fingerprint, and a start in ~45 s
+instead of ~90 s for each of the job's three vLLM starts).
 
 Two shards, one at a time. Mid-shard the driver of shard 0 is SIGKILLed: the pod fails and the Job retries the
 index in a new pod, which resumes from the manifest. Then every input is in exactly one manifest line, each line's
@@ -30,7 +32,7 @@ from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import SMALL_SERVER_RESOURCES, PodRunner, on_this_machine, placed
+from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner, on_this_machine, placed
 from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
 from e2e.tests.operator.real_vllm.pool import slot
 
@@ -47,7 +49,17 @@ def example(name: str) -> dict[str, Any]:
     return doc
 
 
-SERVICE = on_this_machine(example("minilm-embeddings.yaml"))  # exactly test_examples' server: the pool shares it
+def service() -> dict[str, Any]:
+    """The example's PoolingService on this machine, eager and on half a CPU: a server of its own, not
+    test_examples' (sharing that one would keep its whole CPU taken through every test between the two, where
+    a HiddenStateJob's pod needs it)."""
+    doc = on_this_machine(example("minilm-embeddings.yaml"))
+    doc["spec"]["engine"]["extraArgs"] = [*(doc["spec"]["engine"].get("extraArgs") or []), *EAGER_ARGS]
+    doc["spec"]["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
+    return doc
+
+
+SERVICE = service()
 
 
 def corpus() -> tuple[list[dict[str, Any]], list[str]]:
@@ -62,12 +74,13 @@ def corpus() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def job(namespace: str) -> dict[str, Any]:
-    """The example, changed only where this machine and the test force it: the 0.32 image and half a CPU (it
-    runs beside the 1-CPU service), two shards one at a time in small batches, and the claims of the runner."""
+    """The example, changed only where this machine and the test force it: the 0.32 image, eager, half a CPU (it
+    runs beside the service), two shards one at a time in small batches, and the claims of the runner."""
     doc = placed(copy.deepcopy(example("minilm-corpus-embeddings.yaml")))
     doc["metadata"]["namespace"] = namespace
     spec = doc["spec"]
     spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
+    spec["engine"]["extraArgs"] = [*(spec["engine"].get("extraArgs") or []), *EAGER_ARGS]
     spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
     spec.update(shards=2, parallelism=1, batchSize=8)
     spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/corpus.jsonl"}}
