@@ -21,6 +21,13 @@ bench/results/reconcile.json as {"machine": ..., "runs": [...]}. Not part of `ma
 
     .venv/bin/python bench/reconcile/run.py                  # 100, 500, 1000; about 25 minutes
     .venv/bin/python bench/reconcile/run.py -n 100 --steady 60
+    .venv/bin/python bench/reconcile/run.py --only restart   # 100, 500, 1000; three restarts each; ~10 minutes
+
+`--only restart` skips the floor, the steady state and the paced creates: the N services are created with the
+operator running and left to become Ready, then the operator is restarted `--restarts` times (default 3) and
+each restart's first full pass, wall time, requests and peak RSS are recorded with their median
+(`restart_runs`, `restart_median_s`); the creation's peak RSS is recorded too. `--profile DIR` writes a py-spy
+flame graph of each restart (py-spy on PATH or in $PY_SPY; nothing is installed).
 """
 
 from __future__ import annotations
@@ -357,12 +364,91 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
     return row
 
 
+def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path | None) -> dict[str, Any]:
+    """Start an operator over what exists; until its first full pass: seconds, wall, requests, peak RSS."""
+    audit = cp.audit
+    mark = audit.mark()
+    started = time.monotonic()
+    op = OperatorProcess(cp, label, resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
+    spy: subprocess.Popen[bytes] | None = None
+    try:
+        op.start(timeout=120)
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            exe = os.environ.get("PY_SPY", "py-spy")
+            spy = subprocess.Popen([exe, "record", "--pid", str(op.proc.pid), "--rate", "50", "--nonblocking",  # type: ignore[union-attr]
+                                    "--format", "speedscope", "-o", str(profile / f"{label}.json")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        wait_for(lambda: metric(op, "vllm_pooling_operator_first_pass_seconds") > 0, timeout=900, interval=0.5, what="the first full pass")
+        row: dict[str, Any] = {"first_pass_s": round(metric(op, "vllm_pooling_operator_first_pass_seconds"), 2),
+                               "wall_s": round(time.monotonic() - started, 2)}  # fmt: skip
+        reads, writes, by = split(audit.since(mark))
+        rss, cpu = proc_figures(op.proc.pid)  # type: ignore[union-attr]
+        row.update(reads=reads, writes=writes, requests=by, peak_rss_mb=round(rss, 1), cpu_s=round(cpu, 1))
+        return row
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+        op.stop()
+
+
+def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dict[str, Any]:
+    """--only restart: N services made Ready by one operator, then `restarts` restarts over them."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-restart-{n}-"))
+    qps = ["--kube-api-qps=300", "--kube-api-burst=600"]
+    config = ClusterConfig(
+        gpu_nodes=math.ceil(n / 8) + 2, gpus_per_node=8, cpu_nodes=1, start_timeout=300, audit_users=(OPERATOR_USER,),
+        extra_args={
+            "kube-controller-manager": [*qps, "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20"],
+            "kube-scheduler": qps,
+        },
+    )
+    say(f"N={n}: starting a control plane with {config.gpu_nodes} GPU nodes in {run_dir}")
+    cp = ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
+    row: dict[str, Any] = {"n": n, "only": "restart"}
+    try:
+        install_crds(cp)
+        kubeconfig = least_privilege_kubeconfig(cp)
+        cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})  # type: ignore[union-attr]
+        wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/bench/serviceaccounts/default")[0] == 200, timeout=60, what="bench SA")  # type: ignore[union-attr]
+        op = OperatorProcess(cp, "operator", resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
+        try:
+            op.start(timeout=120)
+            started = time.monotonic()
+            asyncio.run(create_all(cp, services(n, "bench")))
+            wait_for(lambda: ready_count(cp, "bench") >= n, timeout=1800, interval=2, what=f"{n} services Ready")
+            row["all_ready_s"] = round(time.monotonic() - started, 2)
+            rss, cpu = proc_figures(op.proc.pid)  # type: ignore[union-attr]
+            row["operator_peak_rss_mb"], row["operator_cpu_s"] = round(rss, 1), round(cpu, 1)
+            say(f"N={n}: {n} services Ready in {row['all_ready_s']}s; operator peak RSS {rss:.0f} MiB, CPU {cpu:.1f}s")
+        finally:
+            op.stop()
+        runs = []
+        for i in range(restarts):
+            r = restart_once(cp, kubeconfig, f"operator-restart-{i + 1}", profile / f"n{n}" if profile else None)
+            runs.append(r)
+            say(f"N={n}: restart {i + 1}: first full pass {r['first_pass_s']}s ({r['wall_s']}s wall), {r['writes']} writes, "
+                f"{r['reads']} reads, peak RSS {r['peak_rss_mb']:.0f} MiB, CPU {r['cpu_s']}s")
+        row["restart_runs"] = runs
+        row["restart_median_s"] = statistics.median(r["first_pass_s"] for r in runs)
+        row["restart_peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+        say(f"N={n}: restart median {row['restart_median_s']}s, peak RSS {row['restart_peak_rss_mb']:.0f} MiB")
+    finally:
+        cp.stop()
+    return row
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, action="append", help="services (repeatable); default 100, 500, 1000")
     p.add_argument("--steady", type=float, default=300, help="steady-state window in seconds (default 300)")
     p.add_argument("--keep", action="store_true", help="keep each run's folder (logs, audit log)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reconcile.json")
+    p.add_argument("--only", choices=["restart"], help="restart: only the restart phase, --restarts times (see above)")
+    p.add_argument("--restarts", type=int, default=3, help="restarts per N with --only restart (default 3)")
+    p.add_argument("--label", default="", help="with --only restart: a name for this set of rows (before, after)")
+    p.add_argument("--profile", type=Path, help="with --only restart: py-spy speedscope profiles of each restart here")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the operator and the control plane
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
@@ -370,9 +456,19 @@ def main() -> int:
                "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY}
     runs = []
     for n in args.n or [100, 500, 1000]:
-        runs.append(run_one(n, args.steady, args.keep))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=2) + "\n")
+        if args.only == "restart":
+            runs.append(run_restarts(n, args.restarts, args.keep, args.profile))
+        else:
+            runs.append(run_one(n, args.steady, args.keep))
+        if args.only is None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=2) + "\n")
+    if args.only == "restart":  # the full runs stay; restart rows are added under "restart"
+        recorded = json.loads(args.out.read_text()) if args.out.exists() else {"machine": machine, "runs": []}
+        recorded.setdefault("restart", []).append({"machine": machine, "label": args.label, "runs": runs})
+        args.out.write_text(json.dumps(recorded, indent=2) + "\n")
+        print(f"N / first full pass (median of {args.restarts}) / peak RSS: " + "; ".join(
+            f"{r['n']}: {r['restart_median_s']}s / {r['restart_peak_rss_mb']:.0f} MiB" for r in runs))
     print(json.dumps(runs, indent=2))
     print(f"wrote {args.out}")
     return 0
