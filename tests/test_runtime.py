@@ -1,5 +1,5 @@
 """The runtime without a cluster: the work queue, the watch-fed cache with our own writes, and the workers that
-reconcile from it. A fake API records requests; the cache's indexes are plain dicts, as kopf's look from here."""
+reconcile from it. A fake API records requests; the cache's stores are plain dicts, as k8s/store.Store looks from here."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ class FakeKube:
 
 
 class World:
-    """kopf's side: indexes fed by 'watch events', and the runtime's handlers called as the handlers module does."""
+    """The informers' side: stores fed by 'watch events', and the runtime's handlers called as runtime/watches.py does."""
 
     def __init__(self, workers: int = 4) -> None:
         self.owners: dict[Any, list[dict[str, Any]]] = {}
@@ -202,7 +202,7 @@ class World:
         self.runtime.on_owner(body, deleted=True)
 
     def show_writes(self) -> None:
-        """The watch catches up: every remembered write lands in the indexes, as kopf would index it."""
+        """The watch catches up: every remembered write lands in the stores, as runtime/watches.py would place it."""
         for written in list(self.cache._written.values()):
             obj = written.obj
             if obj is None or obj["kind"] == "PoolingService":
@@ -264,8 +264,6 @@ def test_a_policy_change_reconciles_every_resource_once() -> None:
             visits = reconciled()
             assert await world.runtime.full_pass("policy") == 5
             assert reconciled() == visits + 5 and len(world.runtime.queue) == 0
-            world.runtime.on_policy(listed=True)  # kopf's initial listing: the first pass covered it
-            assert len(world.runtime.queue) == 0
 
     asyncio.run(main())
 

@@ -177,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     kube = Kube()
     ctx = Context(kube=kube, cache=Cache(), settings=_settings(args), operator_image=args.operator_image)
     leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
-    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership, namespaces=list(args.namespace or [])), webhook=None)
+    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership, namespaces=list(args.namespace or []), watch=True), webhook=None)
     if args.webhook_port:
         cert_dir = Path(args.webhook_cert_dir)
         memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port,

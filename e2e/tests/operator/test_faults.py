@@ -199,9 +199,9 @@ def test_kube_apiserver_restart_mid_reconcile(faulty: Faulty, faulty_ns: str) ->
 def test_a_watch_that_comes_back_410_gone_is_relisted_not_trusted(faulty: Faulty, faulty_ns: str) -> None:
     """The operator is frozen (SIGSTOP); meanwhile kube-apiserver restarts (dropping every watch connection),
     a child Deployment is deleted and a service created, and etcd is compacted past every resourceVersion the
-    operator saw. Resumed (SIGCONT), kopf's watches resume from versions that are gone: 410 Gone, and kopf
-    lists again. The listing shows the new service but nothing tells of the
-    deleted Deployment; the operator must find that out itself (runtime/relist.py) and put it back. The
+    operator saw. Resumed (SIGCONT), its watches resume from versions that are gone: 410 Gone, and each informer
+    lists again. The listing shows the new service but no event tells of the deleted Deployment; the informer
+    must find that out by comparing the list with what it knew (k8s/informer.py) and the operator put it back. The
     recheck is an hour away, so nothing else can."""
     cp, ns, op = faulty.cp, faulty_ns, faulty.op
     apply(cp, svc(ns, name="keep"))

@@ -1,6 +1,6 @@
 """The operator's only way to the API server: get, list, server-side apply, delete, status, events.
 
-Built on kubernetes_asyncio, on the same aiohttp and event loop as kopf: no worker threads, one connection
+Built on kubernetes_asyncio, on the same aiohttp and event loop as kopf (which serves the probes and webhook): no worker threads, one connection
 pool, and the same kubeconfig / in-cluster loading (exec plugins, token rotation) as the official client.
 The facade speaks paths from the one kinds table (`api/kinds.py`) and classifies every failure in one place:
 TransientError (409, 429, 5xx, a broken connection, a timeout) is worth a retry with backoff; ApiError is not.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,10 @@ log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "vllm-pooling-operator"
 AUTOSCALER_FIELD_MANAGER = "vllm-pooling-operator-autoscaler"
-REQUEST_TIMEOUT_SECONDS = 30.0  # one request, connect to last byte; kopf's watches have their own
+REQUEST_TIMEOUT_SECONDS = 30.0  # one request, connect to last byte; a watch has its own (below)
+WATCH_SERVER_SECONDS = 300  # the API server ends a watch after this (timeoutSeconds); it is then resumed
+WATCH_CLIENT_SECONDS = WATCH_SERVER_SECONDS + 30  # ... and we give up on one that outlives it by this much
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 __all__ = ["AUTOSCALER_FIELD_MANAGER", "FIELD_MANAGER", "KINDS", "ApiError", "Kind", "Kube", "TransientError", "kind_of"]
 
 
@@ -103,13 +107,13 @@ class Kube:
             self._client = None
 
     async def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, Any]] | None = None,
-                      content_type: str = "application/json") -> Any:
+                      content_type: str = "application/json", accept: str = "application/json") -> Any:
         api = await self._api()
         REQUESTS.labels(*verb_and_resource(method, path)).inc()
         try:
             response = await api.call_api(
                 path, method, query_params=query or [], body=body, auth_settings=["BearerToken"],
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                header_params={"Content-Type": content_type, "Accept": accept},
                 _preload_content=False, _request_timeout=self.timeout,
             )
             async with response:
@@ -122,6 +126,36 @@ class Kube:
         if not 200 <= status < 300:
             raise classify(status, reason, data.decode(errors="replace"))
         return json.loads(data) if data else None
+
+    async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "application/json") -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch request (``watch=1`` and ``timeoutSeconds`` are added), as parsed JSON lines,
+        until the API server ends it. An answer other than 200 raises as `request` does; a broken connection or a
+        watch that outlives the server's timeout raises TransientError. Not counted in REQUESTS (a watch is
+        not a request the operator repeats)."""
+        api = await self._api()
+        query = [*query, ("watch", "1"), ("timeoutSeconds", str(WATCH_SERVER_SECONDS))]
+        try:
+            response = await api.call_api(
+                path, "GET", query_params=query, auth_settings=["BearerToken"], header_params={"Accept": accept},
+                _preload_content=False, _request_timeout=WATCH_CLIENT_SECONDS,
+            )
+            async with response:
+                if response.status != 200:
+                    raise classify(response.status, response.reason or "", (await response.read()).decode(errors="replace"))
+                pending = b""
+                # chunks, not readline: one object may be longer than any line limit aiohttp sets
+                async for chunk in response.content.iter_any():
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+                if pending.strip():
+                    yield json.loads(pending)
+        except client.ApiException as exc:
+            raise classify(exc.status or 0, exc.reason or "", str(exc.body or "")) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransientError(0, type(exc).__name__, str(exc)) from exc
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:

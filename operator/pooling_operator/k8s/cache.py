@@ -1,9 +1,9 @@
 """What the operator knows of the cluster without asking: watch-fed stores, plus its own recent writes.
 
-kopf's watches (one per kind in `api/kinds.py`) feed indexes keyed by the owning resource; kopf holds every
-handler until the initial listing of every indexed kind is in, so a reconcile never mistakes a cold cache for
-missing children. This module is pure: the indexes arrive as plain mappings of key -> stored values, and the
-handlers (the kopf layer) decide which body goes under which key with `owner_key`, `owning_key` and `project`.
+The informers (one per kind in `api/kinds.py`, `runtime/watches.py`) fill stores keyed by the owning resource;
+nothing is reconciled until every kind has been listed once, so a reconcile never mistakes a cold cache for
+missing children. This module is pure: the stores arrive as plain mappings of key -> stored values, and the
+watches decide which body goes under which key with `index_key`, `owner_key`, `owning_key` and `project`.
 
 A watch event follows a write by a few milliseconds, and a reconcile may run in between. So every write the
 operator makes is remembered (`wrote`, `deleted`) until the watch has caught up with it: reads return the
@@ -23,7 +23,7 @@ from pooling_operator.api.identity import COMPONENT_KINDS
 from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache
-Index = Mapping[Any, Collection[dict[str, Any]]]  # what kopf.Index is, seen from here
+Index = Mapping[Any, Collection[dict[str, Any]]]  # what a k8s/store.Store is, seen from here
 REPLICAS_OWNER = "vllm-pooling.io/replicas-managers"  # our projection of managedFields: who set spec.replicas
 WRITE_MEMORY_SECONDS = 120.0  # a write the watch never confirmed is forgotten after this
 
@@ -112,7 +112,7 @@ WrittenKey = OwnerKey  # (kind, namespace, name) of any object, as owner_key mak
 
 @dataclass
 class Cache:
-    """Owners, their children and pods, and the policies, from kopf's indexes; plus our own writes."""
+    """Owners, their children and pods, and the policies, from the informers' stores; plus our own writes."""
 
     owners: Index = field(default_factory=dict)  # OwnerKey -> [owner]
     children: Mapping[str, Index] = field(default_factory=dict)  # kind -> OwnerKey -> [child]

@@ -1,4 +1,4 @@
-"""The operator's runtime, beside (not inside) the kopf handlers: a work queue of resources to reconcile, the
+"""The operator's runtime, beside (not inside) the kopf layer: a work queue of resources to reconcile, the
 workers that drain it from the watch-fed cache, the resync, per-object backoff and state, leadership and the
 autoscaler's lifetime.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from pooling_operator.api.kinds import KINDS, OWNER_KINDS
+from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
@@ -32,7 +32,7 @@ from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
-from pooling_operator.runtime.relist import Relists
+from pooling_operator.runtime.watches import Watches
 from pooling_operator.status.conditions import settled
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class Runtime:
 
     def __init__(
         self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS, namespaces: list[str] | None = None,
-        reconciles: Reconciles | None = None,
+        reconciles: Reconciles | None = None, watch: bool = False,
     ) -> None:
         self.ctx = ctx
         self.leadership = leadership
@@ -70,11 +70,10 @@ class Runtime:
         self._failures: dict[str, int] = {}  # uid -> failed reconciles in a row (the backoff)
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
-        self._passes: set[asyncio.Task[Any]] = set()  # full passes and re-list sweeps in flight
-        # kopf's indexes keep what a re-list no longer shows (runtime/relist.py); the kopf layer sets how to drop it
-        self.relists = Relists(ctx.kube, list(namespaces or []), self._indexed, self._vanished)
+        self._passes: set[asyncio.Task[Any]] = set()  # full passes in flight
+        # the informers that fill the cache's stores (runtime/watches.py); None: the caller feeds the cache
+        self.watches = Watches(self, list(namespaces or [])) if watch else None
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
-        self.drop_indexed: Any = lambda body: None
 
     @property
     def leading(self) -> bool:
@@ -92,12 +91,16 @@ class Runtime:
         ctx.tracker = self.autoscaler
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers), name="workers"))
+        if self.watches is not None:
+            self.watches.start()
         if self.leadership is not None:
             self._tasks.append(loop.create_task(self.leadership.run(self._acquired, self._background), name="lease"))
         else:
             LEADER.set(1)
 
     async def stop(self) -> None:
+        if self.watches is not None:
+            await self.watches.stop()
         for task in [*self._tasks, *self._passes]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._passes, return_exceptions=True)
@@ -121,11 +124,10 @@ class Runtime:
     # ---- events: record and enqueue, never wait on the API ---------------------------------------------
 
     def cache_synced(self) -> None:
-        """kopf ran a handler: every indexed kind's initial listing is in the cache. The first full pass runs."""
+        """Every watched kind's first list is in the cache (runtime/watches.py). The first full pass runs."""
         if self.synced:
             return
         self.synced = True
-        log.info("Caches filled: %d resources known", len(self.ctx.cache.owner_keys()))
         self._background(self._first_pass())
 
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
@@ -165,10 +167,10 @@ class Runtime:
             self._settled.discard(key)
             self._add(key)
 
-    def on_policy(self, listed: bool = False) -> None:
-        """A policy appeared, changed or went away: every service may follow another one now. A policy only
-        listed (kopf's initial listing) changes nothing the first full pass does not already cover."""
-        if self.synced and not listed:
+    def on_policy(self) -> None:
+        """A policy appeared, changed or went away: every service may follow another one now (before the caches
+        are synced, the first full pass covers it)."""
+        if self.synced:
             self._background(self.full_pass("policy"))
 
     def on_namespace(self, name: str, labels: dict[str, str], deleted: bool) -> None:
@@ -184,32 +186,6 @@ class Runtime:
             if key[1] == name:
                 self._settled.discard(key)
                 self._add(key)
-
-    def on_listed(self, kind: str) -> None:
-        """kopf handed over a listed object (event type None). After the first full pass that is a re-list (a
-        watch that came back 410 Gone): the kind is checked for objects deleted meanwhile (`runtime/relist.py`)."""
-        self.relists.listed(kind, self._background)
-
-    def _indexed(self, kind: str) -> list[dict[str, Any]]:
-        cache = self.ctx.cache
-        role = KINDS[kind].role
-        if role == "owner":
-            return [o for store in cache.owners.values() for o in store if o.get("kind") == kind]
-        if role == "policy":
-            return [o for store in cache.policy_index.values() for o in store]
-        return [o for store in (cache.children.get(kind) or {}).values() for o in store]
-
-    def _vanished(self, kind: str, body: dict[str, Any]) -> None:
-        """An object deleted while the watch was away: as if its DELETED event had come."""
-        self.drop_indexed(body)
-        role = KINDS[kind].role
-        if role == "owner":
-            self.on_owner(body, True)
-        elif role == "policy":
-            self.ctx.cache.observed(body, deleted=True)
-            self.on_policy()
-        else:
-            self.on_child(body, True)
 
     def _add(self, key: OwnerKey, *, first: bool = False) -> None:
         if self.synced:
@@ -309,7 +285,6 @@ class Runtime:
 
     async def _first_pass(self) -> None:
         visited = await self.full_pass("start")
-        self.relists.armed = True  # listed events from now on are re-lists
         seconds = time.monotonic() - STARTED
         FIRST_PASS.set(seconds)
         log.info("First full pass done: %d resources in sync %.1fs after start", visited, seconds)
