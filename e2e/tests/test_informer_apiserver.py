@@ -52,10 +52,10 @@ def crd() -> dict[str, Any]:
 
 
 def test_pages_then_the_watch_from_the_lists_version(cluster: ControlPlane, namespace: str) -> None:
-    for i in range(5):
-        cluster.kubectl("create", "configmap", f"cm-{i}", "-n", namespace, "--from-literal=k=v")
-        cluster.kubectl("label", "configmap", f"cm-{i}", "-n", namespace, "app.kubernetes.io/managed-by=vllm-pooling-operator")
-    cluster.kubectl("create", "configmap", "unlabelled", "-n", namespace)
+    labelled = {"app.kubernetes.io/managed-by": "vllm-pooling-operator"}
+    maps = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace, "labels": labelled}}
+            for i in range(5)] + [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unlabelled", "namespace": namespace}}]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": maps}))
 
     async def main() -> None:
         kube = await kube_of(cluster)
