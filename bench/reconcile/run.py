@@ -255,8 +255,8 @@ def count(cp: ControlPlane, path: str) -> int:
     return len(cp.api.get(path, timeout=60)["items"])  # type: ignore[union-attr]
 
 
-def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
-    run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-{n}-"))
+def bench_cluster(n: int, run_dir: Path, keep: bool) -> ControlPlane:
+    """A fresh control plane for N services: GPU nodes for one GPU each, controllers at 300 qps, the operator audited."""
     qps = ["--kube-api-qps=300", "--kube-api-burst=600"]
     config = ClusterConfig(
         gpu_nodes=math.ceil(n / 8) + 2, gpus_per_node=8, cpu_nodes=1, start_timeout=300, audit_users=(OPERATOR_USER,),
@@ -266,7 +266,12 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         },
     )
     say(f"N={n}: starting a control plane with {config.gpu_nodes} GPU nodes in {run_dir}")
-    cp = ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
+    return ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
+
+
+def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
+    run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-{n}-"))
+    cp = bench_cluster(n, run_dir, keep)
     row: dict[str, Any] = {"n": n}
     audit = cp.audit
     ops: list[OperatorProcess] = []  # stopped whatever happens: an operator outliving its control plane spins
@@ -396,16 +401,7 @@ def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path |
 def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dict[str, Any]:
     """--only restart: N services made Ready by one operator, then `restarts` restarts over them."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-restart-{n}-"))
-    qps = ["--kube-api-qps=300", "--kube-api-burst=600"]
-    config = ClusterConfig(
-        gpu_nodes=math.ceil(n / 8) + 2, gpus_per_node=8, cpu_nodes=1, start_timeout=300, audit_users=(OPERATOR_USER,),
-        extra_args={
-            "kube-controller-manager": [*qps, "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20"],
-            "kube-scheduler": qps,
-        },
-    )
-    say(f"N={n}: starting a control plane with {config.gpu_nodes} GPU nodes in {run_dir}")
-    cp = ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
+    cp = bench_cluster(n, run_dir, keep)
     row: dict[str, Any] = {"n": n, "only": "restart"}
     try:
         install_crds(cp)

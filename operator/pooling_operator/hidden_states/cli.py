@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from pooling_operator.api.hidden_state_contract import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from pooling_operator.hidden_states.driver import Config
+    from pooling_operator.hidden_states.progress import Sink
 
 
 def _layers(text: str) -> tuple[int, ...]:
@@ -132,6 +133,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 async def _run(config: Config, configmap: str) -> int:
     from pooling_operator.hidden_states.driver import Driver
 
+    return await reporting(configmap, config.shard, "the HiddenStateJob driver", lambda sink: Driver(config, sink).run())
+
+
+async def reporting(configmap: str, shard: int, what: str, go: Callable[[Sink | None], Awaitable[int]]) -> int:
+    """Run a driver (`go`, given where its progress goes: the ConfigMap `configmap`, or nowhere); an unexpected
+    error is logged and exits EXIT_FAILED."""
     writer = None
     if configmap:
         # Imported here: only a driver that reports needs the Kubernetes client.
@@ -139,9 +146,9 @@ async def _run(config: Config, configmap: str) -> int:
 
         writer = progress_configmap(configmap)
     try:
-        return await Driver(config, writer.write if writer else None).run()
+        return await go(writer.write if writer else None)
     except Exception:
-        logging.getLogger(__name__).exception("The driver of shard %d failed", config.shard)
+        logging.getLogger(__name__).exception("%s of shard %d failed", what[:1].upper() + what[1:], shard)
         return EXIT_FAILED
     finally:
         if writer is not None:

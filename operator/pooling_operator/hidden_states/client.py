@@ -111,17 +111,20 @@ class VllmClient:
             await asyncio.sleep(min(pause, remaining))
             pause = min(pause * 2, 2.0)
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _send(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, Any]:
+        """POST `body` to `path`: (status, body, headers); no answer at all is Transient."""
         try:
             async with self._session.post(f"{self.endpoint}{path}", json=body) as r:
-                data = await r.read()
-                status = r.status
+                return r.status, await r.read(), r.headers
         except TimeoutError as exc:
             raise Transient(f"no answer from {path} within {self._timeout.total:.0f} s") from exc
         except (aiohttp.ClientConnectionError, OSError) as exc:
             raise Transient(f"connection to vLLM failed: {type(exc).__name__}: {exc}", server_down=True) from exc
         except aiohttp.ClientError as exc:
             raise Transient(f"request to {path} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        status, data, _ = await self._send(path, body)
         if status != 200:
             message = _error_message(status, data)
             if status in (408, 429) or status >= 500:

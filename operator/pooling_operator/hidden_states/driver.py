@@ -24,12 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pooling_operator.api.hidden_state_contract import (
-    BUDGET_EXCEEDED,
-    EXIT_BUDGET_EXCEEDED,
-    EXIT_OK,
-    SUCCEEDED,
-)
 from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
 from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
 from pooling_operator.hidden_states.dataset import Sample, Shard
@@ -119,40 +113,10 @@ class Driver(ShardRun):
             human_bytes(resumed.bytes), len(shard.bad), resumed.torn, resumed.missing, resumed.orphans, resumed.staged,
         )
         budget = Budget(c.budget_bytes, resumed.bytes)
-        async with contextlib.AsyncExitStack() as stack:
-            failed = FailedLog(self.paths.failed)
-            stack.callback(failed.close)
-            for bad in shard.bad:
-                failed.add(bad.id, bad.line, bad.reason)
-                log.warning("Skipped line %d of the dataset (%s): %s", bad.line, self.name, bad.reason)
-            self.counts.failed = failed.count
-            manifest = ManifestWriter(self.paths.manifest, self._executor)
-            stack.callback(manifest.close)
-            client = VllmClient(c.endpoint, c.model, concurrency=c.concurrency, request_timeout=c.request_timeout)
-            stack.push_async_callback(client.close)
-            if todo:
-                log.info("Waiting for vLLM at %s to be healthy", c.endpoint)
-                if not await client.wait_healthy(c.health_timeout):
-                    raise ServerUnavailable(f"vLLM at {c.endpoint} was not healthy within {c.health_timeout:.0f} s")
-                self._up.set()
-                self.record.vllm_version = await client.version()
-                await self._io(self._write_record)
-                await self._process(todo, client, manifest, failed, budget)
+        await self._serve(shard, todo, budget, lambda: VllmClient(c.endpoint, c.model, concurrency=c.concurrency,
+                                                                  request_timeout=c.request_timeout), self._process)  # fmt: skip
         await self._io(self._clean_staging)
-        if self.full is not None:
-            return self._stop_full()
-        if budget.exhausted:
-            log.error(
-                "Stopped %s before exceeding its storage budget: %s of %s used, %d of %d samples done", self.name,
-                human_bytes(budget.used), human_bytes(budget.limit or 0), self.counts.done, shard.total,
-            )
-            return BUDGET_EXCEEDED, EXIT_BUDGET_EXCEEDED
-        await self._io(self._write_success, resumed_count)
-        log.info(
-            "Finished %s: %d done (%d from earlier runs), %d failed, %s", self.name, self.counts.done, resumed_count,
-            self.counts.failed, human_bytes(self.counts.bytes),
-        )
-        return SUCCEEDED, EXIT_OK
+        return await self._finished(shard, budget, resumed_count)
 
     async def _process(self, todo: list[Sample], client: VllmClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:

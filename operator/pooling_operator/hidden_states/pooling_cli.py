@@ -12,13 +12,13 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooling_operator.api.hidden_state_contract import EXIT_FAILED, EXIT_USAGE
+from pooling_operator.api.hidden_state_contract import EXIT_USAGE
 from pooling_operator.api.pooling_job_contract import ROUTES, VECTOR_DTYPES
-from pooling_operator.hidden_states.cli import _non_negative, _positive, _run_info
+from pooling_operator.hidden_states.cli import _non_negative, _positive, _run_info, reporting
 
 if TYPE_CHECKING:
     from pooling_operator.hidden_states.pooling_driver import PoolingConfig
@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return await PoolingDriver(config, sink).run()
 
-    return asyncio.run(_reporting(args.progress_configmap, args.shard, go))
+    return asyncio.run(reporting(args.progress_configmap, args.shard, "the PoolingJob driver", go))
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -118,24 +118,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
         return await preflight(args.dataset, args.shard, args.shards, sink)
 
-    return asyncio.run(_reporting(args.progress_configmap, args.shard, go))
-
-
-async def _reporting(configmap: str, shard: int, go: Callable[[Sink | None], Awaitable[int]]) -> int:
-    writer = None
-    if configmap:
-        # Imported here: only a driver that reports needs the Kubernetes client.
-        from pooling_operator.k8s.progress import progress_configmap
-
-        writer = progress_configmap(configmap)
-    try:
-        return await go(writer.write if writer else None)
-    except Exception:
-        logging.getLogger(__name__).exception("The PoolingJob driver of shard %d failed", shard)
-        return EXIT_FAILED
-    finally:
-        if writer is not None:
-            await writer.close()
+    return asyncio.run(reporting(args.progress_configmap, args.shard, "the PoolingJob driver", go))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from pooling_operator.api.pooling_job_contract import ROUTES, TOKEN_TASKS, VECTOR_BYTES
 from pooling_operator.hidden_states.client import Permanent, Transient, VllmClient, _error_message
 
@@ -101,17 +99,8 @@ class PoolingClient(VllmClient):
         """The vectors of ``inputs`` (all texts or all token-id lists); ``dim``: the dimension every earlier
         answer had, which this one must have too."""
         path = self.route
-        try:
-            async with self._session.post(f"{self.endpoint}{path}", json=self.body(inputs)) as r:
-                data = await r.read()
-                status = r.status
-                metadata = r.headers.get(METADATA_HEADER)
-        except TimeoutError as exc:
-            raise Transient(f"no answer from {path} within {self._timeout.total:.0f} s") from exc
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            raise Transient(f"connection to vLLM failed: {type(exc).__name__}: {exc}", server_down=True) from exc
-        except aiohttp.ClientError as exc:
-            raise Transient(f"request to {path} failed: {type(exc).__name__}: {exc}") from exc
+        status, data, headers = await self._send(path, self.body(inputs))
+        metadata = headers.get(METADATA_HEADER)
         if status != 200:
             message = _error_message(status, data)
             if status in (408, 429) or (status >= 500 and status != 501):

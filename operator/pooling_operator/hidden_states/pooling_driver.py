@@ -35,12 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator.api.hidden_state_contract import (
-    BUDGET_EXCEEDED,
     DATASET_UNREADABLE,
-    EXIT_BUDGET_EXCEEDED,
     EXIT_DATASET_UNREADABLE,
     EXIT_OK,
-    SUCCEEDED,
 )
 from pooling_operator.api.pooling_job_contract import (
     CHECKED,
@@ -154,42 +151,17 @@ class PoolingDriver(ShardRun):
             resumed.missing, resumed.orphans, resumed.leftovers, part_name(self.next_part),
         )
         budget = Budget(c.budget_bytes, resumed.bytes)
-        async with contextlib.AsyncExitStack() as stack:
-            failed = FailedLog(self.paths.failed)
-            stack.callback(failed.close)
-            for bad in shard.bad:
-                failed.add(bad.id, bad.line, bad.reason)
-                log.warning("Skipped line %d of the dataset (%s): %s", bad.line, self.name, bad.reason)
-            self.counts.failed = failed.count
-            manifest = ManifestWriter(self.paths.manifest, self._executor)
-            stack.callback(manifest.close)
-            client = PoolingClient(c.endpoint, c.model, task=c.task, dtype=c.dtype, batch_size=c.batch_size,
-                                   concurrency=c.concurrency, request_timeout=c.request_timeout)  # fmt: skip
-            stack.push_async_callback(client.close)
-            if todo:
-                log.info("Waiting for vLLM at %s to be healthy", c.endpoint)
-                if not await client.wait_healthy(c.health_timeout):
-                    raise ShardFailed(f"vLLM at {c.endpoint} was not healthy within {c.health_timeout:.0f} s")
-                self._up.set()
-                self.record.vllm_version = await client.version()
-                await self._io(self._write_record)
-                log.info("Sending %d inputs of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
-                         self.name, c.endpoint, client.route, c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
-                await self._process(todo, client, manifest, failed, budget)
-        if self.full is not None:
-            return self._stop_full()
-        if budget.exhausted:
-            log.error(
-                "Stopped %s before exceeding its storage budget: %s of %s used, %d of %d inputs done", self.name,
-                human_bytes(budget.used), human_bytes(budget.limit or 0), self.counts.done, shard.total,
-            )
-            return BUDGET_EXCEEDED, EXIT_BUDGET_EXCEEDED
-        await self._io(self._write_success, resumed_count)
-        log.info(
-            "Finished %s: %d done (%d from earlier runs), %d failed, %s", self.name, self.counts.done, resumed_count,
-            self.counts.failed, human_bytes(self.counts.bytes),
-        )
-        return SUCCEEDED, EXIT_OK
+
+        def connect() -> PoolingClient:
+            return PoolingClient(c.endpoint, c.model, task=c.task, dtype=c.dtype, batch_size=c.batch_size,
+                                 concurrency=c.concurrency, request_timeout=c.request_timeout)  # fmt: skip
+
+        def started(client: PoolingClient) -> None:
+            log.info("Sending %d inputs of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
+                     self.name, c.endpoint, client.route, c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
+
+        await self._serve(shard, todo, budget, connect, self._process, started)
+        return await self._finished(shard, budget, resumed_count)
 
     async def _process(self, todo: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:

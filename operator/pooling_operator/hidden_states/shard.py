@@ -12,24 +12,35 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pooling_operator import __version__
 from pooling_operator.api.hidden_state_contract import (
+    BUDGET_EXCEEDED,
     DATASET_UNREADABLE,
+    EXIT_BUDGET_EXCEEDED,
     EXIT_DATASET_UNREADABLE,
     EXIT_FAILED,
+    EXIT_OK,
     EXIT_OUTPUT_FULL,
     FAILED,
     OUTPUT_FULL,
+    SUCCEEDED,
 )
+from pooling_operator.hidden_states.budget import Budget, human_bytes
 from pooling_operator.hidden_states.client import VllmClient
 from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
 from pooling_operator.hidden_states.files import out_of_space
-from pooling_operator.hidden_states.manifest import FailedLog, ShardPaths, write_json_atomically
+from pooling_operator.hidden_states.manifest import (
+    FailedLog,
+    ManifestWriter,
+    ShardPaths,
+    write_json_atomically,
+)
 from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
 from pooling_operator.hidden_states.record import RUN_RECORD, RunRecord, finish, write_record
 
@@ -207,6 +218,54 @@ class ShardRun:
             self.counts.total, self.unit,
         )
         return OUTPUT_FULL, EXIT_OUTPUT_FULL
+
+    async def _serve(
+        self, shard: Shard, todo: list[Sample], budget: Budget, connect: Callable[[], Any],
+        process: Callable[[list[Sample], Any, ManifestWriter, FailedLog, Budget], Awaitable[None]],
+        started: Callable[[Any], None] = lambda client: None,
+    ) -> None:  # fmt: skip
+        """The shard's malformed lines into failed.jsonl; then, when there is work, wait for vLLM, record its
+        version and `process` what is left. The failed log, the manifest and the client (`connect()`) are
+        closed however it ends."""
+        c = self.config
+        async with contextlib.AsyncExitStack() as stack:
+            failed = FailedLog(self.paths.failed)
+            stack.callback(failed.close)
+            for bad in shard.bad:
+                failed.add(bad.id, bad.line, bad.reason)
+                log.warning("Skipped line %d of the dataset (%s): %s", bad.line, self.name, bad.reason)
+            self.counts.failed = failed.count
+            manifest = ManifestWriter(self.paths.manifest, self._executor)
+            stack.callback(manifest.close)
+            client = connect()
+            stack.push_async_callback(client.close)
+            if not todo:
+                return
+            log.info("Waiting for vLLM at %s to be healthy", c.endpoint)
+            if not await client.wait_healthy(c.health_timeout):
+                raise ServerUnavailable(f"vLLM at {c.endpoint} was not healthy within {c.health_timeout:.0f} s")
+            self._up.set()
+            self.record.vllm_version = await client.version()
+            await self._io(self._write_record)
+            started(client)
+            await process(todo, client, manifest, failed, budget)
+
+    async def _finished(self, shard: Shard, budget: Budget, resumed: int) -> tuple[str, int]:
+        """The shard's final state once its work is over: output full, budget spent, or succeeded (_SUCCESS)."""
+        if self.full is not None:
+            return self._stop_full()
+        if budget.exhausted:
+            log.error(
+                "Stopped %s before exceeding its storage budget: %s of %s used, %d of %d %s done", self.name,
+                human_bytes(budget.used), human_bytes(budget.limit or 0), self.counts.done, shard.total, self.unit,
+            )
+            return BUDGET_EXCEEDED, EXIT_BUDGET_EXCEEDED
+        await self._io(self._write_success, resumed)
+        log.info(
+            "Finished %s: %d done (%d from earlier runs), %d failed, %s", self.name, self.counts.done, resumed,
+            self.counts.failed, human_bytes(self.counts.bytes),
+        )
+        return SUCCEEDED, EXIT_OK
 
     def _write_success(self, resumed: int) -> None:
         c = self.config
