@@ -30,13 +30,13 @@ from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import job_status
 from pooling_operator.vllm.validate import validate
 from tests import factories
+from tests.crash_loop_support import run_crash_loop
 from tests.hidden_states_support import (
     HIDDEN,
     check_output,
     driver_argv,
     expected_sha256,
     manifest_lines,
-    run_crash_loop,
     run_driver,
     standin,
     write_dataset,

@@ -1,5 +1,5 @@
 """The PoolingJob driver: pure pieces, then whole shards in this process against a fake vLLM on loopback that
-answers the bytes format as vLLM 0.32 does (tests/hidden_states_support.FakePooling). Every output is read
+answers the bytes format as vLLM 0.32 does (tests/pooling_support.FakePooling). Every output is read
 back with the safetensors library and compared with the fake's vectors byte for byte. Nothing sleeps to
 synchronise: the driver runs to its end, the fake records what it was asked.
 """
@@ -23,15 +23,14 @@ from pooling_operator.hidden_states import files
 from pooling_operator.hidden_states.dataset import BadLine, Sample, parse_line, read_shard
 from pooling_operator.hidden_states.pooling_driver import PoolingConfig, PoolingDriver, batches
 from pooling_operator.hidden_states.vectors import part_header, write_part
-from tests.hidden_states_support import (
+from tests.hidden_states_support import failed_lines, manifest_lines
+from tests.pooling_support import (
     POOLING_DIM,
     POOLING_MODEL,
     FakePooling,
     check_vectors,
     encode_values,
-    failed_lines,
     fake_pooling,
-    manifest_lines,
     write_pooling_dataset,
 )
 

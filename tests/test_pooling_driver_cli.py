@@ -20,12 +20,14 @@ from pooling_operator.hidden_states.pooling_driver import preflight
 from tests.hidden_states_support import (
     DRIVER,
     ROOT,
+    env,
+    run_driver,
+)
+from tests.pooling_support import (
     FakePooling,
     check_vectors,
-    env,
     fake_pooling,
     pooling_argv,
-    run_driver,
     write_pooling_dataset,
 )
 

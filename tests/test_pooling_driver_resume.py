@@ -20,15 +20,14 @@ from pooling_operator.api import pooling_job_contract as pj
 from pooling_operator.hidden_states.manifest import ShardPaths
 from pooling_operator.hidden_states.pooling_driver import PoolingConfig, PoolingDriver
 from pooling_operator.hidden_states.vectors import parse_vector_entry, resume_vectors
-from tests.hidden_states_support import (
+from tests.crash_loop_support import run_crash_loop
+from tests.hidden_states_support import manifest_lines, run_driver
+from tests.pooling_support import (
     POOLING_MODEL,
     FakePooling,
     check_vectors,
     fake_pooling,
-    manifest_lines,
     pooling_argv,
-    run_crash_loop,
-    run_driver,
     write_pooling_dataset,
 )
 
