@@ -4,6 +4,7 @@ TOOLS): lint, templates per mode, the values schema, and the facts that must hav
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,20 @@ def test_crds_in_the_chart_are_the_repository_crds(helm: Path) -> None:
         got = rendered[src["metadata"]["name"]]
         assert got["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         assert got["spec"] == src["spec"]
+
+
+def test_every_label_and_annotation_renders_as_a_string(helm: Path) -> None:
+    """A hash rendered bare is read by YAML as a number when it happens to be all digits or look like 12e345
+    (the webhook certificate's checksum: a new certificate every install), and the API server refuses the
+    Deployment. Checked on the text, so that it fails for every certificate, not once in a few hundred."""
+    res = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE)
+    assert res.returncode == 0, res.stderr
+    [line] = [x for x in res.stdout.splitlines() if "checksum/webhook-cert:" in x]
+    assert re.fullmatch(r'\s*checksum/webhook-cert: "[0-9a-f]{16}"', line), line
+    for doc in (d for d in yaml.safe_load_all(res.stdout) if d):
+        for meta in (doc["metadata"], ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}):
+            for key in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in (meta.get(key) or {}).values()), (doc["kind"], key, meta.get(key))
 
 
 def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
