@@ -3,6 +3,7 @@ Ready, and find its pod's local URL. Every start is recorded in ``STARTS`` (the 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,12 @@ class Served:
     plan: dict[str, Any]
     status: dict[str, Any]
     start_seconds: float
+
+
+def pod_of(name: str, pod: str) -> bool:
+    """Whether ``pod`` is a pod of the Deployment ``name`` (name-<ReplicaSet hash>-<suffix>): not merely a name
+    that starts the same, such as minilm-mrl's pods for minilm."""
+    return re.fullmatch(rf"{re.escape(name)}-[a-z0-9]+-[a-z0-9]+", pod) is not None
 
 
 def _ready(cluster: ControlPlane, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -89,11 +96,11 @@ class Deployer:
         except Exception:
             logs = "\n".join(pod_runner.container_log(ns, p["name"]) for p in pod_runner.pods(ns))
             _, pods = cluster.api.request("GET", f"/api/v1/namespaces/{ns}/pods")
-            mine = [p for p in pods.get("items", []) if p["metadata"]["name"].startswith(f"{name}-")]
+            mine = [p for p in pods.get("items", []) if pod_of(name, p["metadata"]["name"])]
             pending = "\n".join(unscheduled(mine)) or "none"
             raise AssertionError(f"{kind}/{name} never became Ready; pods not scheduled: {pending}\n"
                                  f"container log tail:\n{logs}\n{pod_runner.tail()}") from None
-        [plan] = [p for p in pod_runner.pods(ns) if p["name"].startswith(f"{name}-")]
+        [plan] = [p for p in pod_runner.pods(ns) if pod_of(name, p["name"])]
         seconds = self._ready_after(ns, plan["name"], began)
         print(f"real_vllm: {kind}/{name} Ready {seconds:.0f} s after apply")
         STARTS.append((f"{kind}/{ns}/{name}", seconds))

@@ -54,6 +54,9 @@ def service() -> dict[str, Any]:
     test_examples' (sharing that one would keep its whole CPU taken through every test between the two, where
     a HiddenStateJob's pod needs it)."""
     doc = on_this_machine(example("minilm-embeddings.yaml"))
+    # a name of its own: test_examples' server of this example is "minilm" in the same pool namespace, and a
+    # pod of that one may still be draining (the runner's pods of a service are found by name prefix)
+    doc["metadata"]["name"] = "corpus-service"
     doc["spec"]["engine"]["extraArgs"] = [*(doc["spec"]["engine"].get("extraArgs") or []), *EAGER_ARGS]
     doc["spec"]["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
     return doc
@@ -183,7 +186,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     with server_pool.serving(SERVICE) as served:
         answered: list[list[float]] = []
         for i in range(0, TEXTS, 100):
-            r = httpx.post(f"{served.url}/v1/embeddings", json={"model": "minilm", "input": texts[i : i + 100]}, timeout=300)
+            r = httpx.post(f"{served.url}/v1/embeddings", json={"model": served.name, "input": texts[i : i + 100]}, timeout=300)
             assert r.status_code == 200, r.text
             answered += [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
         fingerprint = served.status["embeddingSpace"]["fingerprint"]
