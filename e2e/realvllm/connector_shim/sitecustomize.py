@@ -3,7 +3,7 @@
 Never in the product, the chart or the image: the pod runner puts this folder on ``PYTHONPATH`` of ``vllm``
 processes only (``--program-env``), and Python imports ``sitecustomize`` at start-up in every process,
 vLLM's spawned EngineCore and workers included. Why it is needed and why nothing more:
-../shared/reference/hidden-states-cpu.md. In vLLM 0.32 the connector's ``_submit_async_write`` asks
+the workplace reference hidden-states-cpu.md (beside the repository; no test reads it). In vLLM 0.32 the connector's ``_submit_async_write`` asks
 ``torch.empty_like(..., pin_memory=True)`` (no CPU build of torch allows it) and stores a copy event for
 ``get_finished`` to ``query()``, which the CPU worker's event placeholder lacks.
 
