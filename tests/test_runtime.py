@@ -257,6 +257,65 @@ def test_a_first_pass_creates_children_then_an_idle_cluster_gets_no_request_at_a
     asyncio.run(main())
 
 
+class Standby:
+    """A Lease held by another replica until ``take``: the runtime syncs its caches while standing by."""
+
+    def __init__(self) -> None:
+        self.leading = False
+        self.taken = asyncio.Event()
+
+    def take(self) -> None:
+        self.taken.set()
+
+    async def run(self, on_acquire: Any, background: Any) -> None:
+        await self.taken.wait()
+        self.leading = True
+        background(on_acquire())
+
+    async def release(self) -> None:
+        self.leading = False
+
+
+def first_pass_seconds() -> float:
+    return REGISTRY.get_sample_value("vllm_pooling_operator_first_pass_seconds") or 0.0
+
+
+def test_the_first_pass_is_the_one_run_on_taking_the_lease_not_the_standby_sync() -> None:
+    """With a Lease (the chart's default), the caches sync while the old holder's Lease runs out: the first pass
+    reported is the one that reconciled every resource once this replica leads, not an empty one at sync."""
+    from pooling_operator.runtime import core
+
+    async def main() -> None:
+        core.FIRST_PASS.set(0)
+        world = World()
+        lease = Standby()
+        world.runtime = Runtime(world.ctx, lease, workers=4)  # type: ignore[arg-type]
+        await world.runtime.start()
+        for i in range(10):
+            world.create(f"svc-{i}")
+        visits = reconciled()
+        world.runtime.cache_synced()
+        await asyncio.sleep(0)  # the "start" pass runs now, finds this replica standing by
+        await drained(world)
+        assert first_pass_seconds() == 0 and not world.runtime.first_pass_done
+        assert reconciled() == visits
+        lease.take()
+        await asyncio.wait_for(_until(lambda: world.runtime.first_pass_done), 30)
+        assert reconciled() == visits + 10
+        assert first_pass_seconds() > 0
+        reported = first_pass_seconds()
+        assert await world.runtime.full_pass("policy") == 10
+        assert first_pass_seconds() == reported  # later passes leave it alone
+        await world.runtime.stop()
+
+    asyncio.run(main())
+
+
+async def _until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0.01)
+
+
 def test_a_policy_change_reconciles_every_resource_once() -> None:
     async def main() -> None:
         world = World()

@@ -48,7 +48,8 @@ PASSES = Counter("vllm_pooling_operator_resync_passes", "Resync passes run.", ["
 QUEUED = Gauge("vllm_pooling_operator_queue_depth", "Resources waiting for or in a reconcile.")
 SETTLED = Gauge("vllm_pooling_operator_settled_resources", "Resources that need no visit until something changes.")
 FIRST_PASS = Gauge("vllm_pooling_operator_first_pass_seconds",
-                   "Seconds from start until the first full pass over every resource finished (0 until then).")
+                   "Seconds from the process's start until the first full pass over every resource, run while this "
+                   "replica leads, finished (0 until then: a standby replica's stays 0).")
 STARTED = time.monotonic()
 
 
@@ -66,6 +67,7 @@ class Runtime:
         self.queue: WorkQueue[OwnerKey] = WorkQueue()
         self.workers = workers
         self.synced = False
+        self.first_pass_done = False  # a full pass ran to the end while leading (FIRST_PASS is set once, then)
         self._settled: set[OwnerKey] = set()  # reconciled, and nothing changed since (the gauge counts them)
         self._failures: dict[str, int] = {}  # uid -> failed reconciles in a row (the backoff)
         self._namespace_labels: dict[str, dict[str, str]] = {}
@@ -119,7 +121,7 @@ class Runtime:
 
     async def _acquired(self) -> None:
         if self.synced:
-            await self.full_pass("leader")
+            await self._pass("leader")
 
     # ---- events: record and enqueue, never wait on the API ---------------------------------------------
 
@@ -128,7 +130,7 @@ class Runtime:
         if self.synced:
             return
         self.synced = True
-        self._background(self._first_pass())
+        self._background(self._pass("start"))
 
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
         """A PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache was listed, changed or went away."""
@@ -283,16 +285,23 @@ class Runtime:
 
     # ---- passes ------------------------------------------------------------------------------------------
 
-    async def _first_pass(self) -> None:
-        visited = await self.full_pass("start")
+    async def _pass(self, why: str) -> None:
+        """A full pass at start or on taking the Lease; the first that runs to the end while leading is the first
+        pass the metric and the log report. A replica that syncs its caches before it leads runs nothing here
+        ("start" finds it standing by): its first pass is the one it runs on taking the Lease."""
+        visited = await self.full_pass(why)
+        if visited is None or self.first_pass_done or not self.leading:  # lost the Lease mid-pass: not in sync
+            return
+        self.first_pass_done = True
         seconds = time.monotonic() - STARTED
         FIRST_PASS.set(seconds)
-        log.info("First full pass done: %d resources in sync %.1fs after start", visited, seconds)
+        log.info("First full pass done (%s): %d resources in sync %.1fs after start", why, visited, seconds)
 
-    async def full_pass(self, why: str) -> int:
-        """Queue every resource and wait until the queue has drained; returns how many were queued."""
+    async def full_pass(self, why: str) -> int | None:
+        """Queue every resource and wait until the queue has drained; returns how many were queued, or None when
+        this replica does not lead (nothing was queued)."""
         if not self.leading:
-            return 0
+            return None
         keys = self.ctx.cache.owner_keys()
         self._settled.clear()
         for key in keys:
