@@ -29,6 +29,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,8 @@ class ExporterFleet:
         self._ready_pods: int | None = None
         self._written: list[dict[str, Any]] | None = None
         self._published: dict[str, str] = {}
+        self.published_at: dict[str, float] = {}  # pod -> wall time its target was first written for Prometheus
+        self.created_at: dict[str, float] = {}  # pod -> its creationTimestamp (whole seconds, the API's own)
 
     @property
     def selector(self) -> str:
@@ -256,6 +259,10 @@ class ExporterFleet:
             f"/api/v1/namespaces/{self.namespace}/pods", params={"labelSelector": self.selector}
         )["items"]
         ready = sorted(p["metadata"]["name"] for p in pods if pod_ready(p))
+        for p in pods:
+            stamp = p["metadata"].get("creationTimestamp")
+            if stamp:
+                self.created_at.setdefault(p["metadata"]["name"], datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
         if len(ready) != self._ready_pods:
             write_ready_pods(self.pods_file, len(ready))
             self._ready_pods = len(ready)
@@ -298,5 +305,14 @@ class ExporterFleet:
         if groups != self._written:
             self.prometheus.write_targets(self.targets_file, groups)
             self._written = groups
+        now = time.time()
         with self._lock:
             self._published = {pod: e.url for pod, e in serving.items()}
+            for pod in serving:
+                self.published_at.setdefault(pod, now)
+
+    def startups(self) -> dict[str, float]:
+        """Pod -> seconds from its creation (the API's timestamp) to its target written for Prometheus: the pod's
+        own start-up plus what this machine adds (the exporter's start, the fleet's poll)."""
+        created, published = dict(self.created_at), dict(self.published_at)  # copies: the follower adds to both
+        return {pod: published[pod] - t for pod, t in created.items() if pod in published}

@@ -9,6 +9,7 @@ reason, except under ``CI=true``, where that fails the run.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -95,12 +96,13 @@ class ReplicaSampler:
 
 
 def simulated(doc: dict[str, Any], policy_spec: dict[str, Any], low_seconds: float, step_seconds: float,
-              seed: int) -> tuple[float | None, int, float | None]:
+              seed: int, startup_s: float = READY_AFTER_SECONDS) -> tuple[float | None, int, float | None]:
     """The same service, policy and load step through simulate's keda baseline: (seconds from the step to the
-    first scale-up, the peak replicas while the step lasts, seconds from the end of the step to one replica)."""
+    first scale-up, the peak replicas while the step lasts, seconds from the end of the step to one replica).
+    ``startup_s``: a new replica's creation to its first scrape, as the real run measured it (``Step.startup``)."""
     resource = PoolingService.model_validate(doc)
     pol = AutoscalingPolicySpec.model_validate(policy_spec)
-    params = replace(ServiceParams(), startup_s=READY_AFTER_SECONDS)
+    params = replace(ServiceParams(), startup_s=startup_s)
     setup = setup_for(resource, pol, params, seed=seed, scrape_interval=SCRAPE_SECONDS, initial_replicas=1)
     trace = Trace((Segment(0.0, LOW_RPS, 16), Segment(low_seconds, STEP_RPS, 16),
                    Segment(low_seconds + step_seconds, 0.0, 16)), low_seconds + step_seconds + 180)
@@ -117,6 +119,7 @@ class Step:
     first_up: float  # seconds from the step to the first scale write
     peak: int  # the most replicas set while the step lasted
     down: float  # seconds from the end of the step to one replica
+    startup: float  # a new replica's creation to its exporter's target written for Prometheus (median)
 
 
 def load_step(cluster: ControlPlane, prometheus: PrometheusServer, namespace: str, doc: dict[str, Any], load: Path,  # noqa: F811
@@ -140,9 +143,14 @@ def load_step(cluster: ControlPlane, prometheus: PrometheusServer, namespace: st
                  interval=0.5, max_interval=0.5)
         down = time.monotonic()
         assert not f.failures
+        # the replicas the step added: the kwok stage's READY_AFTER_SECONDS plus what this machine adds; on a
+        # loaded machine that is seconds more, a later replica lets the backlog (and so KEDA's answer) grow, and
+        # the simulation is told the start-up the real run had
+        first_pod = min(f.created_at.values())
+        startup = [secs for pod, secs in f.startups().items() if f.created_at[pod] > first_pod]
     first = s.first_above(low_until, 1)
-    assert first is not None
-    return Step(first, s.peak(low_until, step_end), down - step_end)
+    assert first is not None and startup
+    return Step(first, s.peak(low_until, step_end), down - step_end, statistics.median(startup))
 
 
 def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_says(
@@ -164,10 +172,11 @@ def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_s
         print(f"\nexternal metric {metric} at {LOW_RPS:g} req/s: {values[0]['value']}")
 
     real = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json", before)
-    sims = [simulated(doc, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed)
+    sims = [simulated(doc, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed, real.startup)
             for seed in range(5)]
     print(f"\nreal KEDA, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up {real.first_up:.1f} s, "
-          f"peak {real.peak} replicas, load end -> back to one {real.down:.1f} s")
+          f"peak {real.peak} replicas, load end -> back to one {real.down:.1f} s, a new replica scraped "
+          f"{real.startup:.1f} s after its creation (median)")
     for seed, (first, peak, back) in enumerate(sims):
         print(f"keda baseline (seed {seed}): first scale-up {first} s, peak {peak}, back to one {back} s")
     slack = KEDA_POLLING_SECONDS + HPA_SYNC_SECONDS
@@ -188,8 +197,8 @@ def test_the_operator_backend_takes_the_same_step_with_the_replicas_it_needs(
     doc = autoscaled(namespace, "emb", name, maxReplicas=MAX_REPLICAS)
     ours = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json")
     as_keda = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
-    keda_peaks = [simulated(as_keda, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed)[1]
-                  for seed in range(5)]
+    keda_peaks = [simulated(as_keda, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed,
+                            ours.startup)[1] for seed in range(5)]
     print(f"\noperator backend, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up "
           f"{ours.first_up:.1f} s, peak {ours.peak} replicas, back to one {ours.down:.1f} s; "
           f"the keda baseline (matched to real KEDA above) peaks at {keda_peaks}")
