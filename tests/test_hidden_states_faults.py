@@ -328,3 +328,22 @@ def test_a_real_tmpfs_filling_up_stops_the_shard_and_a_bigger_one_completes(tmp_
         assert manifest_lines(output, 0)[: len(seen)] == list(seen.values())
     finally:
         subprocess.run(["umount", "-l", str(volume)], check=False)
+
+
+@pytest.mark.parametrize("name", ["run.json", hs.SUCCESS_MARKER])
+def test_a_record_write_that_meets_a_full_volume_leaves_no_temporary_file(tmp_path: Path, name: str) -> None:
+    """The run record is rewritten in the driver's ``finally`` after the volume filled; its temporary file must
+    go with the failure, as every other atomic write's does (the tmpfs case saw ``run.json.tmp`` left when
+    the last sample in flight took the last bytes). /dev/full answers every write with ENOSPC."""
+    from pooling_operator.hidden_states.manifest import write_json_atomically
+    from pooling_operator.hidden_states.record import RunRecord, write_record
+
+    target = tmp_path / name
+    (tmp_path / f"{name}.tmp").symlink_to("/dev/full")  # the temporary name's bytes land on a full device
+    with pytest.raises(OSError) as raised:
+        if name == "run.json":
+            write_record(target, RunRecord(shard=0, shards=1, layers=(0,), run_info={}), "test")
+        else:
+            write_json_atomically(target, {"ok": True})
+    assert files.out_of_space(raised.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -82,11 +82,17 @@ def _now() -> str:
 
 
 def write_record(path: Path, record: RunRecord, driver_version: str) -> None:
-    """Atomically: a reader sees the previous record or this one, never a torn one."""
+    """Atomically: a reader sees the previous record or this one, never a torn one. A write that fails (the
+    driver rewrites the record after the volume filled up) takes its temporary file with it. The record is
+    provenance, not output: it bypasses ``files.DISK``, the seam where tests fill the volume for the samples."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record.doc(driver_version), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(record.doc(driver_version), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def finish(record: RunRecord, state: str) -> None:
