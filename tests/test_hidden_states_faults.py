@@ -41,6 +41,7 @@ from tests.hidden_states_support import (
     standin,
     write_dataset,
 )
+from tests.unavailable import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -294,7 +295,7 @@ def mount_tmpfs(path: Path, size: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        unavailable(f"cannot mount a tmpfs here: {done.stderr.strip()}")
 
 
 @pytest.mark.integration  # starts a process
@@ -304,7 +305,7 @@ def test_a_real_tmpfs_filling_up_stops_the_shard_and_a_bigger_one_completes(tmp_
     driver tells a full volume from a bad file by the free space. ``shard folder``: staging is elsewhere,
     so the move is a copy and the copy or the manifest append meets ENOSPC itself."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        unavailable("mounting a tmpfs needs root")
     dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
     expected = write_dataset(dataset, 120)
     volume = output if where == "output" else output / "shard-0"

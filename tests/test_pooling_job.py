@@ -142,7 +142,8 @@ def test_the_vector_dtype_follows_an_explicit_engine_dtype_and_auto_keeps_float3
 
 
 def test_the_rendered_flags_are_exactly_what_the_driver_cli_parses() -> None:
-    cli = pytest.importorskip("pooling_operator.hidden_states.pooling_cli")
+    from pooling_operator.hidden_states import pooling_cli as cli
+
     pod = objects({"output": {"storageBudget": "1Gi"}})["Job"]["spec"]["template"]["spec"]
     for container in (pod["initContainers"][0], pod["containers"][0]):
         args = [a.replace("$(JOB_COMPLETION_INDEX)", "1") for a in container["args"]]

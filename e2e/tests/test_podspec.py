@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from e2e.realvllm import podspec
+from tests.unavailable import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -264,7 +265,7 @@ def test_fixed_mounts_run_in_a_private_mount_namespace(tmp_path: Path) -> None:
     import shutil
 
     if shutil.which("unshare") is None or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode:
-        pytest.skip("no mount namespaces for this user")
+        unavailable("no mount namespaces for this user")
     local, fixed = tmp_path / "local", tmp_path / "fixed" / "sa"
     local.mkdir()
     (local / "token").write_text("t0k")

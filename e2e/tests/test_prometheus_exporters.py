@@ -35,6 +35,7 @@ from e2e.standin.exporters import (
     write_ready_pods,
 )
 from pooling_operator.vllm import metrics as m
+from tests.unavailable import unavailable
 
 CAPTURE = REPO_ROOT / "tests" / "data" / "vllm-captures" / "metrics-after-load.txt"
 COMPONENT = "pooling-service"
@@ -147,7 +148,7 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
     try:
         ensure_installed()
     except PrometheusUnavailable as exc:
-        pytest.skip(f"no Prometheus: {exc}")
+        unavailable(f"no Prometheus: {exc}")
     server = PrometheusServer(tmp_path / "prometheus").start()
     try:
         yield server

@@ -25,6 +25,7 @@ from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
 from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
 from e2e.tests.operator.test_services import _resyncs, apply, cond, events, get, operator_writes, path, svc
+from tests.unavailable import unavailable
 
 SCRAPE_SECONDS = 1.0
 POLICIES = "/apis/vllm-pooling.io/v1alpha1/autoscalingpolicies"
@@ -35,7 +36,7 @@ def prometheus(cluster: ControlPlane) -> Iterator[PrometheusServer]:
     try:
         server = PrometheusServer(Path(cluster.run_dir) / "prometheus-autoscaling", scrape_interval=f"{SCRAPE_SECONDS:g}s").start()
     except PrometheusUnavailable as exc:
-        pytest.skip(f"no Prometheus: {exc}")
+        unavailable(f"no Prometheus: {exc}")
     yield server
     server.stop()
 
@@ -198,12 +199,12 @@ def test_no_metrics_holds_replicas_and_recovers(
         try:
             write_load(load, requests_per_second=2000)  # would scale up, were it seen
 
-            def unavailable() -> dict[str, Any] | None:
+            def unreachable() -> dict[str, Any] | None:
                 obj = status(cluster, namespace, "emb")
                 c = cond(obj, "MetricsAvailable")
                 return obj if c.get("status") == "False" and c.get("reason") == "PrometheusUnreachable" else None
 
-            wait_for(unavailable, timeout=30, what="MetricsAvailable=False PrometheusUnreachable")
+            wait_for(unreachable, timeout=30, what="MetricsAvailable=False PrometheusUnreachable")
             held = replicas(cluster, namespace, "emb")
             assert held >= before
             # Held: several decision periods pass without a change (fail static).

@@ -28,6 +28,7 @@ from e2e.realvllm.traffic import RunnerTargets, SliceClient
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.test_embeddings import minilm as embeddings_minilm
+from tests.unavailable import unavailable
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(900)]
 
@@ -47,7 +48,7 @@ def prometheus(cluster: ControlPlane) -> Iterator[PrometheusServer]:
     try:
         server = PrometheusServer(Path(cluster.run_dir) / "prometheus-closed-loop", scrape_interval="1s").start()
     except PrometheusUnavailable as exc:
-        pytest.skip(f"no Prometheus: {exc}")
+        unavailable(f"no Prometheus: {exc}")
     yield server
     server.stop()
 

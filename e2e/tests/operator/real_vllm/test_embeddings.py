@@ -30,6 +30,7 @@ from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.routes import PROBES, answered, probe
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.vllm import metrics as m
+from tests.unavailable import unavailable
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
 
@@ -76,7 +77,7 @@ def prometheus(cluster: ControlPlane) -> Iterator[PrometheusServer]:
     try:
         server = PrometheusServer(Path(cluster.run_dir) / "prometheus-real-vllm", scrape_interval="1s").start()
     except PrometheusUnavailable as exc:
-        pytest.skip(f"no Prometheus: {exc}")
+        unavailable(f"no Prometheus: {exc}")
     yield server
     server.stop()
 
