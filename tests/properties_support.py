@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import factories
@@ -511,13 +511,8 @@ def unit_only_values() -> st.SearchStrategy[Any]:
 # ---- one run of the strategy per kind, the same in both tiers ----------------------------------------------
 
 EXAMPLES_PER_KIND = 1000
-PROPERTY_SETTINGS = settings(
-    max_examples=EXAMPLES_PER_KIND,
-    deadline=None,
-    derandomize=True,  # the same draws on every run (CI too): the seed comes from the function below
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-)
+# the rest (derandomized: the same draws on every run, CI too) is the suite's one profile (conftest.py)
+PROPERTY_SETTINGS = settings(max_examples=EXAMPLES_PER_KIND)
 
 
 _DRAWN: dict[str, list[str]] = {}  # kind -> what a passing default run of for_each_resource drew (JSON text)

@@ -224,13 +224,14 @@ def test_noisy_signals_around_a_steady_load_do_not_flap() -> None:
     assert changes <= 2, replicas  # settles, then stays
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     reads=st.lists(st.tuples(st.floats(0, 5000), st.floats(0, 2000), st.one_of(st.none(), st.floats(0, 30)), st.integers(0, 12)),
                    min_size=1, max_size=25),
     lo=st.integers(1, 5), span=st.integers(0, 10), extra_cap=st.one_of(st.none(), st.integers(0, 12)),
     budget=st.one_of(st.none(), st.integers(0, 12)), start=st.integers(0, 20),
 )
+@pytest.mark.thorough
 def test_never_leaves_bounds_nor_exceeds_a_cap(reads, lo, span, extra_cap, budget, start) -> None:
     """Whatever the signals: never above min(maxReplicas, policy cap); never grown past the GPU budget, which
     stops growth even below minReplicas (a platform limit beats a service's wish); otherwise at least

@@ -127,7 +127,7 @@ def _stand_in_file(path: Path, tokens: int, layers: int = 4, hidden: int = HIDDE
     return ids
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(tokens=st.integers(1, 300), layers=st.integers(1, 8), hidden=st.sampled_from([8, 64, 4096]),
        dtype=st.sampled_from(["bfloat16", "float16", "float32"]))
 def test_the_size_estimate_bounds_the_real_file(tmp_path_factory: pytest.TempPathFactory, tokens: int, layers: int,
@@ -169,6 +169,7 @@ def test_a_file_that_does_not_match_the_request_is_a_permanent_failure(tmp_path:
     assert not info.value.retryable
 
 
+@pytest.mark.thorough
 def test_every_truncation_is_caught_and_retryable(tmp_path: Path) -> None:
     path = tmp_path / "f.safetensors"
     _stand_in_file(path, 5)
