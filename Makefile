@@ -37,18 +37,32 @@ demo-down: ## Stop the demo's operator and control plane
 	@$(MAKE) --no-print-directory cluster-down
 
 .PHONY: test
-test: venv lint crds-check ## Run every test: lint, layer contract, CRD drift, unit, control-plane, operator and real_vllm tiers
+LEDGER := $(CURDIR)/.cluster/ledger
+TIMED = VPO_LEDGER=$(LEDGER) $(PYTHON) e2e/ledger.py time
+test: ## Run every test: lint, layer contract, CRD drift, unit, control-plane, operator and real_vllm tiers; ends with the ledger
+	@VPO_LEDGER=$(LEDGER) $(PYTHON) e2e/ledger.py begin
+	@$(TIMED) venv -- $(MAKE) --no-print-directory venv
+	@$(TIMED) "lint, layers, CRD drift" -- $(MAKE) --no-print-directory lint crds-check
 	@echo "==> control-plane binaries, the vLLM runtime and the operator image (built in parallel, cached outside the clone)"
-	@$(MAKE) --no-print-directory -j3 cluster-build vllm-runtime-or-skip image-or-skip
+	@$(MAKE) --no-print-directory -j3 timed-cluster-build timed-vllm-runtime timed-image
 	@echo "==> third-party controllers (KEDA, Kueue): built in the background at low priority while the tiers run (log: $(CONTROLLERS_LOG)); the tests that need them wait"
-	@mkdir -p $(CLUSTER_DIR) && (nice -n 19 $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
+	@mkdir -p $(CLUSTER_DIR) && (VPO_LEDGER=$(LEDGER) nice -n 19 $(PYTHON) e2e/ledger.py time "KEDA + Kueue (background)" -- $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
 	@echo "==> unit tier, on both cores (pytest-xdist)"
-	$(PY) -m pytest tests -n 2 $(PYTEST_ARGS)
+	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest tests -n 2 $(PYTEST_ARGS) || { $(PY) -m e2e.ledger report; exit 1; }
 	@echo "==> GPU share sizing: the minimum per case, as validate and render show it (bench/gpu_share_sizing, no torch)"
 	$(PY) bench/gpu_share_sizing/run.py --dry-run
 	@echo "==> control-plane, operator and real_vllm tiers"
-	$(PY) -m pytest e2e/tests $(PYTEST_ARGS)
+	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest e2e/tests $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json; exit 1; }
 	@$(PY) -m e2e.build --controllers --report
+	@VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json
+
+.PHONY: timed-cluster-build timed-vllm-runtime timed-image
+timed-cluster-build:
+	@$(TIMED) "control plane (k8s, etcd, kwok, helm)" -- $(MAKE) --no-print-directory cluster-build
+timed-vllm-runtime:
+	@$(TIMED) "vLLM 0.32 CPU runtime and models" -- $(MAKE) --no-print-directory vllm-runtime-or-skip
+timed-image:
+	@$(TIMED) "operator image" -- $(MAKE) --no-print-directory image-or-skip
 
 .PHONY: controllers
 controllers: venv ## Build the third-party controllers the tests run (KEDA v2.20.2, Kueue v0.17.0; cached; 17 min cold here beside a cold control-plane build)
@@ -71,8 +85,8 @@ vllm-runtime: venv ## Install the CPU vLLM 0.32 runtime and its two models for t
 	@$(PY) -m e2e.realvllm.runtime
 
 .PHONY: unit
-unit: venv ## Unit tests only (no cluster, no processes, seconds); make test runs the integration ones too
-	$(PY) -m pytest tests -m "not integration" $(PYTEST_ARGS)
+unit: venv ## The pure tests on both cores (no cluster, no processes; <= 30 s on a quiet machine); make test runs the integration ones too
+	$(PY) -m pytest tests -n 2 -m "not integration and not thorough" $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract

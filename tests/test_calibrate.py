@@ -19,6 +19,8 @@ from pooling_operator.autoscaling.simulator.calibrate import (
 )
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 
+pytestmark = pytest.mark.thorough  # simulator runs: make test, not make unit's fast loop
+
 LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 8192}
 
 

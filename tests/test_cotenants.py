@@ -16,6 +16,8 @@ from pooling_operator.autoscaling.simulator.trace import Trace, parse_trace
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
 
+pytestmark = pytest.mark.thorough  # simulator runs: make test, not make unit's fast loop
+
 FAST = ServiceParams(startup_s=20.0)
 GiB = 2**30
 DEVICE = 80 * GiB

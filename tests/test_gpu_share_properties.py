@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def shared_services(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.thorough
 @settings(PROPERTY_SETTINGS, max_examples=1000)
 @given(shared_services())
 def test_a_shared_pod_asks_for_what_its_bound_allows(doc: dict[str, Any]) -> None:

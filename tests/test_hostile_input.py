@@ -62,6 +62,7 @@ PATHOLOGICAL: dict[str, tuple[bytes, str]] = {
 }
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("name", list(PATHOLOGICAL))
 @pytest.mark.parametrize("command", ["validate", "render"])
 def test_pathological_files_end_in_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, command: str) -> None:

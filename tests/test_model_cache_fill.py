@@ -110,6 +110,7 @@ def test_the_right_token_is_sent_and_accepted(tmp_path: Path) -> None:
         assert fill(REPO, "main", tmp_path / "claim", endpoint=hub.url, token="hf_right").files == 4
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("revision", ["main", "a" * 40])  # a pinned commit: snapshot_download's own first request
 def test_a_hub_that_does_not_answer_is_unreachable_and_retried(tmp_path: Path, revision: str) -> None:
     with socket.socket() as s:  # a loopback port nothing listens on

@@ -95,6 +95,7 @@ def check_render(result: Any) -> None:
     )
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("kind", KINDS)
 def test_validate_and_render_generated_resources(kind: str) -> None:
     seen = {"inputs": 0, "accepted": 0, "refused": 0, "rendered": 0}

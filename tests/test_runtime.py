@@ -327,6 +327,7 @@ def test_a_policy_change_reconciles_every_resource_once() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.thorough
 def test_10000_create_delete_cycles_leave_no_per_object_state_and_flat_memory() -> None:
     """Churn: every piece of per-object state goes with the object (the real reconcile runs on the first
     cycles; a stand-in that touches the same state keeps 10,000 cycles fast)."""

@@ -42,6 +42,8 @@ from pooling_operator.builders.services import scaled_object
 from pooling_operator.cli import main
 from tests.factories import hidden_states, policy, pooling
 
+pytestmark = pytest.mark.thorough  # simulator runs: make test, not make unit's fast loop
+
 FAST = ServiceParams(startup_s=20.0)
 AUTOSCALING = {"minReplicas": 1, "maxReplicas": 4, "p99Latency": "250ms", "scaleDown": {"stabilizationSeconds": 30}}
 STEP = "seconds,requests_per_second,mean_tokens\n0,80,16\n60,250,16\n150,80,16\n210,80,16\n"  # ends at 270 s
