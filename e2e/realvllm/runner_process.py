@@ -55,24 +55,34 @@ def placed(doc: dict[str, Any]) -> dict[str, Any]:
 # here; the examples target 0.33) and no GPU, one CPU.
 MACHINE_OVERRIDES = {"engine.image": "vllm/vllm-openai:v0.32.0", "resources": {"gpu": {"count": 0}, "cpu": "1", "memory": "4Gi"}}
 
-# A machine override for servers that only answer a few requests (the scoring families of
-# test_scoring_families.py): vLLM without torch.compile starts in ~45 s here instead of ~90 s. Added to
-# engine.extraArgs, so it shows in the rendered argv and the pool's key; the MiniLM embed server and the
-# examples keep their rendered argv unchanged.
+# A machine override for every real server whose test is not about compilation (all but
+# test_compile_cache_real.py): vLLM without torch.compile starts in ~45 s here instead of ~90 s (25-61 s
+# against 70-131 s for SmolLM2's hidden-state sidecar, hidden-states-cpu.md). Added to engine.extraArgs, so
+# it shows in the rendered argv and the pool's key; vLLM's parser still checks every example's argv as
+# rendered (test_examples.py), and the flag does not enter the embedding-space fingerprint.
 EAGER_ARGS = ["--enforce-eager"]
 # ... and half a CPU each (another machine override): the runner's node has this machine's two CPUs, and a
 # HiddenStateJob's pod (vLLM's one CPU and the driver's request) must still fit beside one of them.
 SMALL_SERVER_RESOURCES = {"gpu": {"count": 0}, "cpu": "500m", "memory": "4Gi"}
 
 
+def eager(engine: dict[str, Any]) -> dict[str, Any]:
+    """``engine`` (a spec's engine block, changed in place) with EAGER_ARGS in its extraArgs, once."""
+    extra = list(engine.get("extraArgs") or [])
+    engine["extraArgs"] = extra + [a for a in EAGER_ARGS if a not in extra]
+    return engine
+
+
 def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-    """An example changed only where this machine forces it (MACHINE_OVERRIDES), placed on the runner."""
+    """An example changed only where this machine forces it (MACHINE_OVERRIDES, and eager: EAGER_ARGS), placed
+    on the runner."""
     doc = placed(doc)
     if namespace:
         doc["metadata"]["namespace"] = namespace
     spec = doc["spec"]
     spec["engine"]["image"] = MACHINE_OVERRIDES["engine.image"]
     spec["engine"].pop("version", None)
+    eager(spec["engine"])
     spec["resources"] = copy.deepcopy(MACHINE_OVERRIDES["resources"])
     return doc
 

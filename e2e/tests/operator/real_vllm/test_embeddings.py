@@ -23,7 +23,7 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import PodRunner
+from e2e.realvllm.runner_process import PodRunner, eager
 from e2e.standin import exporter as standin
 from e2e.tests.operator.real_vllm.conftest import Deployer, Served, oracle
 from e2e.tests.operator.real_vllm.pool import slot
@@ -58,7 +58,7 @@ def minilm(namespace: str, policy: str) -> dict[str, Any]:
             },
             "task": "embed",
             "pooling": {"type": "MEAN", "normalize": True},
-            "engine": {"image": "vllm/vllm-openai:v0.32.0", "dtype": "float32", "maxModelLen": 256},
+            "engine": eager({"image": "vllm/vllm-openai:v0.32.0", "dtype": "float32", "maxModelLen": 256}),
             "resources": {"gpu": {"count": 0}, "cpu": "1", "memory": "4Gi"},
             "service": {"apiKeySecretRef": {"name": "minilm-key", "key": "key"}},
             # one replica at most (one machine); the autoscaler still reads and reports the real metrics

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from e2e.realvllm import runtime
+from e2e.realvllm.runner_process import eager
 from e2e.tests.operator.real_vllm.conftest import Served, ServerPool, oracle
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
@@ -28,7 +29,7 @@ def judge(namespace: str) -> dict[str, Any]:
             "mode": "generative",
             "model": {"name": runtime.SMOLLM2.repo_id, "revision": runtime.SMOLLM2.revision},
             "generative": {"labels": LABELS, "applySoftmax": True, "itemFirst": False, "queryTemplate": TEMPLATE},
-            "engine": {"image": "vllm/vllm-openai:v0.32.0", "dtype": "float32", "maxModelLen": 512},
+            "engine": eager({"image": "vllm/vllm-openai:v0.32.0", "dtype": "float32", "maxModelLen": 512}),
             "resources": {"gpu": {"count": 0}, "cpu": "1", "memory": "4Gi"},
         },
     }

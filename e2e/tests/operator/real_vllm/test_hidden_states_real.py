@@ -26,7 +26,7 @@ from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, placed
+from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, eager, placed
 from e2e.tests.operator.real_vllm.conftest import oracle
 from e2e.tests.operator.real_vllm.pool import slot
 
@@ -56,7 +56,7 @@ def job(namespace: str) -> dict[str, Any]:
             "output": {"volume": {"claimName": "data", "path": f"/{namespace}/out"}},
             "shards": 2,
             "parallelism": 1,
-            "engine": {"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 512},
+            "engine": eager({"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 512}),
             "resources": MACHINE_OVERRIDES["resources"],
         },
     })  # fmt: skip

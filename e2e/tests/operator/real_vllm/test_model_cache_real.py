@@ -22,7 +22,7 @@ from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, placed
+from e2e.realvllm.runner_process import MACHINE_OVERRIDES, PodRunner, eager, placed
 from e2e.standin.hub import Hub, Repo
 from e2e.tests.operator.real_vllm.conftest import Deployer, oracle
 from e2e.tests.operator.real_vllm.pool import slot
@@ -96,7 +96,7 @@ def test_a_filled_cache_serves_real_vllm_offline_and_a_corrupt_one_fails(
             "spec": {
                 "model": {"name": runtime.MINILM.repo_id, "source": {"cache": {"name": "minilm"}}},
                 "task": "embed", "pooling": {"type": "MEAN", "normalize": True},
-                "engine": {"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 256},
+                "engine": eager({"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 256}),
                 "resources": MACHINE_OVERRIDES["resources"],
             },
         }  # fmt: skip

@@ -33,7 +33,7 @@ from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner, on_this_machine, placed
+from e2e.realvllm.runner_process import SMALL_SERVER_RESOURCES, PodRunner, eager, on_this_machine, placed
 from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
 from e2e.tests.operator.real_vllm.pool import slot
 
@@ -58,7 +58,6 @@ def service() -> dict[str, Any]:
     # a name of its own: test_examples' server of this example is "minilm" in the same pool namespace, and a
     # pod of that one may still be draining (the runner's pods of a service are found by name prefix)
     doc["metadata"]["name"] = "corpus-service"
-    doc["spec"]["engine"]["extraArgs"] = [*(doc["spec"]["engine"].get("extraArgs") or []), *EAGER_ARGS]
     doc["spec"]["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
     return doc
 
@@ -84,7 +83,7 @@ def job(namespace: str) -> dict[str, Any]:
     doc["metadata"]["namespace"] = namespace
     spec = doc["spec"]
     spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
-    spec["engine"]["extraArgs"] = [*(spec["engine"].get("extraArgs") or []), *EAGER_ARGS]
+    eager(spec["engine"])
     spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
     spec.update(shards=2, parallelism=1, batchSize=8)
     spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/corpus.jsonl"}}
