@@ -3,7 +3,6 @@ run (make test, .ci/run)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import defaultdict
 
@@ -62,8 +61,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(
                 f"{name:48s} {_COUNTS[name]:4d} tests  {_SECONDS[name]:7.1f} s in tests and fixtures, {wall:7.1f} s wall"
             )
-    # make test's ledger (e2e/ledger.py) sums this run with the builds and the other pytest run
-    serving = sys.modules.get("e2e.tests.operator.real_vllm.serving")  # imported only where real vLLM ran
-    starts = [[name, round(s, 1)] for name, s in getattr(serving, "STARTS", [])]
+    # make test's ledger (e2e/ledger.py) sums this run with the builds and the other pytest run (each real vLLM
+    # start is recorded where it happens: e2e/tests/operator/real_vllm/serving.py, in whichever worker)
     slowest = sorted(_TESTS.items(), key=lambda x: -x[1])[:50]
-    ledger.record("pytest", {"tiers": tiers, "tests": [[n, round(s, 1)] for n, s in slowest], "starts": starts})
+    ledger.record("pytest", {"tiers": tiers, "tests": [[n, round(s, 1)] for n, s in slowest]})

@@ -39,14 +39,37 @@ def _needs_cluster(item: pytest.Item) -> bool:
     return "cluster" in getattr(item, "fixturenames", ())
 
 
+# make test runs the e2e tiers on two pytest-xdist workers (--dist loadgroup), each with a control plane of its
+# own: one runs the real_vllm tier (CPU-bound: vLLM on the runner's two CPUs, at a lower priority), the other the
+# control-plane, operator and third-party controllers' tiers (which mostly wait on the API server). Their sum
+# was the e2e time; now it is about the longer of the two.
+GROUPS = {"real_vllm": "real-vllm", "other": "control-plane"}
+# Timing-sensitive real tests run last in their tier, when the other worker has most likely finished.
+LAST_IN_TIER = ("test_closed_loop_real.py",)
+
+
+def is_real(item: pytest.Item) -> bool:
+    return item.get_closest_marker("real_vllm") is not None
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's, which reads the groups
+def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each e2e test's xdist group: where it runs under ``make test`` (a plain pytest run ignores them)."""
+    for item in items:
+        if _needs_cluster(item):
+            item.add_marker(pytest.mark.xdist_group(GROUPS["real_vllm"] if is_real(item) else GROUPS["other"]))
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: build and install only for what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark e2e tests, run the third-party controllers' tests next to last and the real_vllm tier last, and build or install what is missing now: a cold build
+    """Mark e2e tests, run the third-party controllers' tests next to last and the real_vllm tier last (its
+    LAST_IN_TIER modules at its end), and build or install what is missing now: a cold build
     (~10-20 min) or vLLM install (~5-12 min) would blow a test's timeout."""
     selected = [i for i in items if _needs_cluster(i)]
     for item in selected:
         item.add_marker(pytest.mark.e2e)
-    real = [i for i in items if i.get_closest_marker("real_vllm")]
+    real = [i for i in items if is_real(i)]
+    real = [i for i in real if i.path.name not in LAST_IN_TIER] + [i for i in real if i.path.name in LAST_IN_TIER]
     # third-party controllers next to last: make test builds them in the background while the tiers run
     third = [i for i in items if i.get_closest_marker("controllers") and not i.get_closest_marker("real_vllm")]
     if real or third:  # real vLLM loads both cores for minutes; the other tiers' timings should not feel it

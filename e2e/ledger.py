@@ -87,7 +87,8 @@ def ledger(d: Path) -> dict[str, Any]:
             for name, t in r["tiers"].items():
                 tiers[name] = t
             tests += [tuple(x) for x in r["tests"]]  # type: ignore[misc]
-            starts += [tuple(x) for x in r["starts"]]  # type: ignore[misc]
+        elif r["kind"] == "vllm_start":
+            starts.append((r["name"], r["seconds"]))
     kind = "cold" if new else "warm"
     return {
         "kind": kind,

@@ -89,9 +89,12 @@ def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[s
 
 class PodRunner:
     def __init__(
-        self, cluster: ControlPlane, rt: Runtime, *, node: str = DEFAULT_NODE, name: str = "pod-runner", detached: bool = False
+        self, cluster: ControlPlane, rt: Runtime, *, node: str = DEFAULT_NODE, name: str = "pod-runner", detached: bool = False,
+        nice: int = 0,
     ):
-        """``detached``: the runner outlives this process (the demo); otherwise it dies with it."""
+        """``detached``: the runner outlives this process (the demo); otherwise it dies with it. ``nice``: the
+        runner and every container it starts run at this lower priority (make test's real_vllm worker, beside
+        the worker whose tiers wait on the API server)."""
         self.detached = detached
         self.cluster = cluster
         self.rt = rt
@@ -121,6 +124,8 @@ class PodRunner:
             # a machine override: one torch.compile cache for the run's vLLM servers, so a restart starts warm
             f"--program-override=vllm=VLLM_CACHE_ROOT={self.state_dir / 'vllm-cache'}",
         ]  # fmt: skip
+        if nice:
+            self.argv = ["nice", "-n", str(nice), *self.argv]  # nice execs the runner: the pid is the runner's
 
     def start(self, timeout: float = 60) -> PodRunner:
         self.log.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from e2e import ledger
 from e2e.controlplane import ControlPlane
 from e2e.harness.poll import Fatal, wait_for
 from e2e.realvllm.runner_process import PodRunner, placed
@@ -104,6 +105,7 @@ class Deployer:
         seconds = self._ready_after(ns, plan["name"], began)
         print(f"real_vllm: {kind}/{name} Ready {seconds:.0f} s after apply")
         STARTS.append((f"{kind}/{ns}/{name}", seconds))
+        ledger.record("vllm_start", {"name": f"{kind}/{ns}/{name}", "seconds": round(seconds, 1)})
         return Served(kind, ns, name, plan["name"], pod_runner.url(ns, plan["name"]), plan, status, seconds)
 
     def _ready_after(self, namespace: str, pod: str, began: float) -> float:
