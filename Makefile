@@ -51,8 +51,8 @@ test: ## Run every test: lint, layer contract, CRD drift, unit, control-plane, o
 	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest tests -n 2 $(PYTEST_ARGS) || { $(PY) -m e2e.ledger report; exit 1; }
 	@echo "==> GPU share sizing: the minimum per case, as validate and render show it (bench/gpu_share_sizing, no torch)"
 	$(PY) bench/gpu_share_sizing/run.py --dry-run
-	@echo "==> control-plane, operator and real_vllm tiers: two workers, a control plane each (one runs the real_vllm tier, the other the rest)"
-	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest e2e/tests -n 2 --dist loadgroup $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json; exit 1; }
+	@echo "==> control-plane, operator and real_vllm tiers: the real_vllm tier beside the others, a control plane each (e2e/tiers.py)"
+	@VPO_LEDGER=$(LEDGER) $(PY) -m e2e.tiers --log-dir $(CLUSTER_DIR) $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json; exit 1; }
 	@$(PY) -m e2e.build --controllers --report
 	@VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json
 

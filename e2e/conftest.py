@@ -39,25 +39,13 @@ def _needs_cluster(item: pytest.Item) -> bool:
     return "cluster" in getattr(item, "fixturenames", ())
 
 
-# make test runs the e2e tiers on two pytest-xdist workers (--dist loadgroup), each with a control plane of its
-# own: one runs the real_vllm tier (CPU-bound: vLLM on the runner's two CPUs, at a lower priority), the other the
-# control-plane, operator and third-party controllers' tiers (which mostly wait on the API server). Their sum
-# was the e2e time; now it is about the longer of the two.
-GROUPS = {"real_vllm": "real-vllm", "other": "control-plane"}
-# Timing-sensitive real tests run last in their tier, when the other worker has most likely finished.
+# Timing-sensitive real tests run last in their tier: make test runs the tier beside the others (e2e/tiers.py),
+# which have most likely finished by then.
 LAST_IN_TIER = ("test_closed_loop_real.py",)
 
 
 def is_real(item: pytest.Item) -> bool:
     return item.get_closest_marker("real_vllm") is not None
-
-
-@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's, which reads the groups
-def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each e2e test's xdist group: where it runs under ``make test`` (a plain pytest run ignores them)."""
-    for item in items:
-        if _needs_cluster(item):
-            item.add_marker(pytest.mark.xdist_group(GROUPS["real_vllm"] if is_real(item) else GROUPS["other"]))
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: build and install only for what will run

@@ -54,8 +54,8 @@ def vllm_runtime() -> runtime.Runtime:
 
 @pytest.fixture(scope="session")
 def pod_runner(cluster: ControlPlane, vllm_runtime: runtime.Runtime) -> Iterator[PodRunner]:
-    # under make test's two workers (e2e/conftest.py GROUPS), vLLM yields the CPU to the other worker's tiers
-    r = PodRunner(cluster, vllm_runtime, nice=10 if os.environ.get("PYTEST_XDIST_WORKER") else 0).start()
+    # make test runs this tier beside the others (e2e/tiers.py): there vLLM yields the CPU to their waits
+    r = PodRunner(cluster, vllm_runtime, nice=int(os.environ.get("VPO_RUNNER_NICE", "0"))).start()
     yield r
     r.stop()
 
