@@ -6,7 +6,7 @@ a control plane of its own.
 The real_vllm tier is CPU-bound (vLLM on the pod runner's two CPUs); the control-plane, operator and
 third-party controllers' tiers mostly wait on the API server. Run one after the other, their sum was the e2e
 time; side by side it is about the longer of the two. The real tier's pod runner and its vLLM processes run
-niced (``VPO_RUNNER_NICE``), so the waiting tiers get the CPU when they ask for it.
+at SCHED_IDLE (``VPO_RUNNER_NICE``), so the waiting tiers get the CPU whenever they ask for it.
 
 The other tiers print live; the real tier writes to ``<log-dir>/real-vllm.log``, which is followed on the
 terminal once the other tiers are done. The exit status is 0 only when both pytest runs passed. (pytest-xdist's

@@ -188,6 +188,7 @@ class ExporterFleet:
         self._published: dict[str, str] = {}
         self.published_at: dict[str, float] = {}  # pod -> wall time its target was first written for Prometheus
         self.created_at: dict[str, float] = {}  # pod -> its creationTimestamp (whole seconds, the API's own)
+        self.ready_at: dict[str, float] = {}  # pod -> wall time this fleet first saw it Ready (its load share starts)
 
     @property
     def selector(self) -> str:
@@ -259,6 +260,9 @@ class ExporterFleet:
             f"/api/v1/namespaces/{self.namespace}/pods", params={"labelSelector": self.selector}
         )["items"]
         ready = sorted(p["metadata"]["name"] for p in pods if pod_ready(p))
+        seen = time.time()
+        for pod in ready:
+            self.ready_at.setdefault(pod, seen)
         for p in pods:
             stamp = p["metadata"].get("creationTimestamp")
             if stamp:
@@ -311,8 +315,11 @@ class ExporterFleet:
             for pod in serving:
                 self.published_at.setdefault(pod, now)
 
-    def startups(self) -> dict[str, float]:
-        """Pod -> seconds from its creation (the API's timestamp) to its target written for Prometheus: the pod's
-        own start-up plus what this machine adds (the exporter's start, the fleet's poll)."""
-        created, published = dict(self.created_at), dict(self.published_at)  # copies: the follower adds to both
-        return {pod: published[pod] - t for pod, t in created.items() if pod in published}
+    def startups(self, until: str = "published") -> dict[str, float]:
+        """Pod -> seconds from its creation (the API's timestamp) to the fleet seeing it Ready (``until="ready"``:
+        from then the exporters spread the load over it) or to its target written for Prometheus
+        (``"published"``: its series can be scraped): the pod's own start-up plus what this machine adds (the
+        fleet's poll, the exporter's start)."""
+        created = dict(self.created_at)  # copies: the follower adds to these
+        until_at = dict(self.ready_at if until == "ready" else self.published_at)
+        return {pod: until_at[pod] - t for pod, t in created.items() if pod in until_at}

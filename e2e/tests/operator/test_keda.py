@@ -119,7 +119,8 @@ class Step:
     first_up: float  # seconds from the step to the first scale write
     peak: int  # the most replicas set while the step lasted
     down: float  # seconds from the end of the step to one replica
-    startup: float  # a new replica's creation to its exporter's target written for Prometheus (median)
+    startup: tuple[float, float]  # a new replica's creation to Ready as the fleet saw it, and to its target
+    # written for Prometheus (medians): the start-up the real run had lies between the two
 
 
 def load_step(cluster: ControlPlane, prometheus: PrometheusServer, namespace: str, doc: dict[str, Any], load: Path,  # noqa: F811
@@ -145,12 +146,15 @@ def load_step(cluster: ControlPlane, prometheus: PrometheusServer, namespace: st
         assert not f.failures
         # the replicas the step added: the kwok stage's READY_AFTER_SECONDS plus what this machine adds; on a
         # loaded machine that is seconds more, a later replica lets the backlog (and so KEDA's answer) grow, and
-        # the simulation is told the start-up the real run had
+        # the simulation is told the start-up the real run had, as two bounds: Ready as the fleet saw it (the
+        # load spreads over the pod) and its target written (its series can be scraped)
         first_pod = min(f.created_at.values())
-        startup = [secs for pod, secs in f.startups().items() if f.created_at[pod] > first_pod]
+        bounds = [[secs for pod, secs in f.startups(until).items() if f.created_at[pod] > first_pod]
+                  for until in ("ready", "published")]
     first = s.first_above(low_until, 1)
-    assert first is not None and startup
-    return Step(first, s.peak(low_until, step_end), down - step_end, statistics.median(startup))
+    assert first is not None and all(bounds)
+    return Step(first, s.peak(low_until, step_end), down - step_end,
+                (statistics.median(bounds[0]), statistics.median(bounds[1])))
 
 
 def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_says(
@@ -172,19 +176,24 @@ def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_s
         print(f"\nexternal metric {metric} at {LOW_RPS:g} req/s: {values[0]['value']}")
 
     real = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json", before)
-    sims = [simulated(doc, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed, real.startup)
-            for seed in range(5)]
+    # the simulation at both bounds of the start-up the real run had (Step.startup), five seeds each: the real
+    # run's figures must lie within what the simulation gives over that span, give or take one replica or one
+    # polling and sync period (the peak jumps by two replicas between start-ups of 10 and 12 s here)
+    sims = [simulated(doc, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed, startup)
+            for startup in real.startup for seed in range(5)]
     print(f"\nreal KEDA, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up {real.first_up:.1f} s, "
-          f"peak {real.peak} replicas, load end -> back to one {real.down:.1f} s, a new replica scraped "
-          f"{real.startup:.1f} s after its creation (median)")
-    for seed, (first, peak, back) in enumerate(sims):
-        print(f"keda baseline (seed {seed}): first scale-up {first} s, peak {peak}, back to one {back} s")
+          f"peak {real.peak} replicas, load end -> back to one {real.down:.1f} s; a new replica Ready "
+          f"{real.startup[0]:.1f} s and scraped {real.startup[1]:.1f} s after its creation (medians)")
+    for i, (first, peak, back) in enumerate(sims):
+        print(f"keda baseline (start-up {real.startup[i // 5]:.1f} s, seed {i % 5}): first scale-up {first} s, peak {peak}, "
+              f"back to one {back} s")
     slack = KEDA_POLLING_SECONDS + HPA_SYNC_SECONDS
-    for first, peak, back in sims:
-        assert first is not None and abs(first - real.first_up) <= slack, (first, real.first_up, slack)
-        assert abs(peak - real.peak) <= 1, (peak, real.peak)
-        # and the way down: the scale-down window, then one step per period of the rendered behaviour
-        assert back is not None and abs(back - real.down) <= slack, (back, real.down, slack)
+    firsts, peaks, backs = ([x[i] for x in sims] for i in range(3))
+    assert None not in firsts and None not in backs, sims
+    assert min(firsts) - slack <= real.first_up <= max(firsts) + slack, (firsts, real.first_up, slack)
+    assert min(peaks) - 1 <= real.peak <= max(peaks) + 1, (peaks, real.peak)
+    # and the way down: the scale-down window, then one step per period of the rendered behaviour
+    assert min(backs) - slack <= real.down <= max(backs) + slack, (backs, real.down, slack)
 
 
 def test_the_operator_backend_takes_the_same_step_with_the_replicas_it_needs(
@@ -197,8 +206,9 @@ def test_the_operator_backend_takes_the_same_step_with_the_replicas_it_needs(
     doc = autoscaled(namespace, "emb", name, maxReplicas=MAX_REPLICAS)
     ours = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json")
     as_keda = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
+    # KEDA's peaks at the lower bound of the start-up this run had: the smaller, so the stricter comparison
     keda_peaks = [simulated(as_keda, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed,
-                            ours.startup)[1] for seed in range(5)]
+                            ours.startup[0])[1] for seed in range(5)]
     print(f"\noperator backend, {LOW_RPS:g} -> {STEP_RPS:g} req/s for {STEP_SECONDS:g} s: first scale-up "
           f"{ours.first_up:.1f} s, peak {ours.peak} replicas, back to one {ours.down:.1f} s; "
           f"the keda baseline (matched to real KEDA above) peaks at {keda_peaks}")
