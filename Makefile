@@ -38,17 +38,17 @@ demo-down: ## Stop the demo's operator and control plane
 
 .PHONY: test
 LEDGER := $(CURDIR)/.cluster/ledger
-TIMED = VPO_LEDGER=$(LEDGER) $(PYTHON) e2e/ledger.py time
+TIMED = VPO_LEDGER=$(LEDGER) $(PYTHON) -m e2e.ledger time
 test: ## Run every test: lint, layer contract, CRD drift, unit, control-plane, operator and real_vllm tiers; ends with the ledger
-	@VPO_LEDGER=$(LEDGER) $(PYTHON) e2e/ledger.py begin
+	@VPO_LEDGER=$(LEDGER) $(PYTHON) -m e2e.ledger begin
 	@$(TIMED) venv -- $(MAKE) --no-print-directory venv
 	@$(TIMED) "lint, layers, CRD drift" -- $(MAKE) --no-print-directory lint crds-check
 	@echo "==> control-plane binaries, the vLLM runtime and the operator image (built in parallel, cached outside the clone)"
 	@$(MAKE) --no-print-directory -j3 timed-cluster-build timed-vllm-runtime timed-image
 	@echo "==> third-party controllers (KEDA, Kueue): built in the background at low priority while the tiers run (log: $(CONTROLLERS_LOG)); the tests that need them wait"
-	@mkdir -p $(CLUSTER_DIR) && (VPO_LEDGER=$(LEDGER) nice -n 19 $(PYTHON) e2e/ledger.py time "KEDA + Kueue (background)" -- $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
+	@mkdir -p $(CLUSTER_DIR) && (VPO_LEDGER=$(LEDGER) nice -n 19 $(PYTHON) -m e2e.ledger time "KEDA + Kueue (background)" -- $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
 	@echo "==> unit tier, on both cores (pytest-xdist)"
-	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest tests -n 2 $(PYTEST_ARGS) || { $(PY) -m e2e.ledger report; exit 1; }
+	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest tests -n 2 $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report; exit 1; }
 	@echo "==> GPU share sizing: the minimum per case, as validate and render show it (bench/gpu_share_sizing, no torch)"
 	$(PY) bench/gpu_share_sizing/run.py --dry-run
 	@echo "==> control-plane, operator and real_vllm tiers: the real_vllm tier beside the others, a control plane each (e2e/tiers.py)"

@@ -61,7 +61,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(
                 f"{name:48s} {_COUNTS[name]:4d} tests  {_SECONDS[name]:7.1f} s in tests and fixtures, {wall:7.1f} s wall"
             )
-    # make test's ledger (e2e/ledger.py) sums this run with the builds and the other pytest run (each real vLLM
-    # start is recorded where it happens: e2e/tests/operator/real_vllm/serving.py, in whichever worker)
+    # make test's ledger (e2e/ledger.py) sums this run with the builds and the other pytest runs (each real vLLM
+    # start is recorded where it happens: e2e/tests/operator/real_vllm/serving.py)
     slowest = sorted(_TESTS.items(), key=lambda x: -x[1])[:50]
     ledger.record("pytest", {"tiers": tiers, "tests": [[n, round(s, 1)] for n, s in slowest]})

@@ -1,14 +1,15 @@
 """The suite's ledger: what `make test` spent, printed at its end and kept as JSON for bench/results/suite.json.
 
-    python3 e2e/ledger.py begin                  # make test's first step: the clock starts, the caches are listed
-    python3 e2e/ledger.py time NAME -- CMD ...   # run CMD, record its wall time as the build or phase NAME
-    python -m e2e.ledger report [--json PATH]    # print the ledger; with --json, also write it as one row
+    python3 -m e2e.ledger begin                  # make test's first step: the clock starts, the caches are listed
+    python3 -m e2e.ledger time NAME -- CMD ...   # run CMD, record its wall time as the build or phase NAME
+    python3 -m e2e.ledger report [--json PATH]   # print the ledger; with --json, also write it as one row
 
 pytest adds its part (``record``): each tier's wall time and test count, every test's duration, and every
 real vLLM server's apply -> Ready. The records go to ``$VPO_LEDGER`` (a folder; make test sets
 ``.cluster/ledger``). A run is *cold* when a cache entry appeared under the build cache during it (a build
 really ran), *warm* otherwise; the report holds the total against the budget for that kind (cold 45 min, warm
-25 min on a quiet 2-core machine). Standard library only: ``begin`` and ``time`` run before the venv exists.
+25 min on a quiet 2-core machine). Standard library only (so is e2e/build.py, whose cache it lists): ``begin``
+and ``time`` run before the venv exists.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e2e.build import cache_home
+
 BUDGET_SECONDS = {"cold": 45 * 60, "warm": 25 * 60}
 SLOWEST = 15
 
@@ -29,13 +32,6 @@ SLOWEST = 15
 def folder() -> Path | None:
     d = os.environ.get("VPO_LEDGER")
     return Path(d) if d else None
-
-
-def cache_home() -> Path:
-    """The build cache's root, as e2e/build.py finds it (that module needs the venv; this one must not)."""
-    if os.environ.get("VPO_CACHE_DIR"):
-        return Path(os.environ["VPO_CACHE_DIR"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "vllm-pooling-operator"
 
 
 def cache_entries() -> list[str]:
@@ -124,7 +120,7 @@ def report(d: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="e2e/ledger.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m e2e.ledger", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     sub.add_parser("begin")
     t = sub.add_parser("time")

@@ -6,7 +6,7 @@ a control plane of its own.
 The real_vllm tier is CPU-bound (vLLM on the pod runner's two CPUs); the control-plane, operator and
 third-party controllers' tiers mostly wait on the API server. Run one after the other, their sum was the e2e
 time; side by side it is about the longer of the two. The real tier's pod runner and its vLLM processes run
-at SCHED_IDLE (``VPO_RUNNER_NICE``), so the waiting tiers get the CPU whenever they ask for it.
+at SCHED_IDLE (``VPO_RUNNER_IDLE``), so the waiting tiers get the CPU whenever they ask for it.
 
 The other tiers print live; the real tier writes to ``<log-dir>/real-vllm.log``, which is followed on the
 terminal once the other tiers are done. The exit status is 0 only when both pytest runs passed. (pytest-xdist's
@@ -23,17 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-RUNNER_NICE = 10
-
 
 def pytest_argv(marker: str, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "e2e/tests", "-m", marker, *extra]
 
 
-def follow(log: Path, proc: subprocess.Popen[bytes], offset: int) -> None:
-    """Copy ``log`` from ``offset`` to stdout until ``proc`` has ended and everything it wrote is out."""
+def follow(log: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Copy ``log`` to stdout until ``proc`` has ended and everything it wrote is out."""
     with open(log, "rb") as f:
-        f.seek(offset)
         while True:
             chunk = f.read(1 << 16)
             if chunk:
@@ -54,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = ap.parse_known_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     log = args.log_dir / "real-vllm.log"
-    env = {**os.environ, "VPO_RUNNER_NICE": str(RUNNER_NICE)}
+    env = {**os.environ, "VPO_RUNNER_IDLE": "1"}
     print(f"==> real_vllm tier: started beside the other e2e tiers (log: {log}; followed here when they are done)", flush=True)
     with open(log, "wb") as out:
         real = subprocess.Popen(pytest_argv("real_vllm", extra), stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -65,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         other = subprocess.call(pytest_argv("not real_vllm", extra), stdin=subprocess.DEVNULL)
         print(f"==> the other e2e tiers ended after {time.monotonic() - began:.0f} s (exit {other}); the real_vllm "
               f"tier so far, then live:", flush=True)
-        follow(log, real, 0)
+        follow(log, real)
     except BaseException:
         real.terminate()
         real.wait(timeout=120)

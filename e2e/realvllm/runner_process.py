@@ -91,11 +91,11 @@ def on_this_machine(doc: dict[str, Any], namespace: str | None = None) -> dict[s
 class PodRunner:
     def __init__(
         self, cluster: ControlPlane, rt: Runtime, *, node: str = DEFAULT_NODE, name: str = "pod-runner", detached: bool = False,
-        nice: int = 0,
+        idle: bool = False,
     ):
-        """``detached``: the runner outlives this process (the demo); otherwise it dies with it. ``nice``: the
-        runner and every container it starts yield the CPU (SCHED_IDLE where chrt exists, else this nice
-        level): make test runs the real_vllm tier beside the tiers that wait on the API server."""
+        """``detached``: the runner outlives this process (the demo); otherwise it dies with it. ``idle``: the
+        runner and every container it starts yield the CPU (SCHED_IDLE where chrt exists, else nice 19):
+        make test runs the real_vllm tier beside the tiers that wait on the API server."""
         self.detached = detached
         self.cluster = cluster
         self.rt = rt
@@ -125,13 +125,13 @@ class PodRunner:
             # a machine override: one torch.compile cache for the run's vLLM servers, so a restart starts warm
             f"--program-override=vllm=VLLM_CACHE_ROOT={self.state_dir / 'vllm-cache'}",
         ]  # fmt: skip
-        if nice and shutil.which("chrt"):
+        if idle and shutil.which("chrt"):
             # SCHED_IDLE, not just a nice level: vLLM's many torch threads at nice 10 still outweigh one API
             # server thread at nice 0 (CFS weighs each thread), which starved the other tiers (50 services not
             # Ready in 240 s beside two vLLM starts). chrt execs the runner: the pid is the runner's.
             self.argv = ["chrt", "--idle", "0", *self.argv]
-        elif nice:
-            self.argv = ["nice", "-n", str(nice), *self.argv]
+        elif idle:
+            self.argv = ["nice", "-n", "19", *self.argv]
 
     def start(self, timeout: float = 60) -> PodRunner:
         self.log.parent.mkdir(parents=True, exist_ok=True)

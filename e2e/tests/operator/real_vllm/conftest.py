@@ -55,7 +55,7 @@ def vllm_runtime() -> runtime.Runtime:
 @pytest.fixture(scope="session")
 def pod_runner(cluster: ControlPlane, vllm_runtime: runtime.Runtime) -> Iterator[PodRunner]:
     # make test runs this tier beside the others (e2e/tiers.py): there vLLM yields the CPU to their waits
-    r = PodRunner(cluster, vllm_runtime, nice=int(os.environ.get("VPO_RUNNER_NICE", "0"))).start()
+    r = PodRunner(cluster, vllm_runtime, idle=os.environ.get("VPO_RUNNER_IDLE") == "1").start()
     yield r
     r.stop()
 
