@@ -295,7 +295,8 @@ def test_the_first_pass_is_the_one_run_on_taking_the_lease_not_the_standby_sync(
             world.create(f"svc-{i}")
         visits = reconciled()
         world.runtime.cache_synced()
-        await asyncio.sleep(0)  # the "start" pass runs now, finds this replica standing by
+        [start] = world.runtime._passes  # the "start" pass: it ends at once, finding this replica standing by
+        await asyncio.wait_for(start, 30)
         await drained(world)
         assert first_pass_seconds() == 0 and not world.runtime.first_pass_done
         assert reconciled() == visits
