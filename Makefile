@@ -17,8 +17,10 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	@echo "==> Installing the project into $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[test]'
+	@# uv resolves and installs in parallel from its own cache (~15 s warm here, pip took ~75 s); pip stays in
+	@# the venv for the image build's `pip download`.
+	@$(PY) -m pip install -q --disable-pip-version-check 'uv>=0.9'
+	@$(VENV)/bin/uv pip install -q --python $(PY) -e '.[test]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 .PHONY: venv
