@@ -19,10 +19,12 @@ import httpx
 import pytest
 import yaml
 
+from e2e import demo
 from e2e.controlplane import REPO_ROOT
 from e2e.realvllm import runtime
 from e2e.realvllm.runner_process import on_this_machine
 from e2e.tests.operator.real_vllm.conftest import Served, ServerPool
+from e2e.tests.operator.real_vllm.pool import pool_key
 from e2e.tests.operator.real_vllm.routes import probe
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
@@ -81,7 +83,14 @@ def test_at_least_minilm_is_startable() -> None:
     assert any(d["spec"]["model"]["name"] == runtime.MINILM.repo_id for _, d in startable())
 
 
-POOL = [on_this_machine(d) for _, d in startable()]  # the session's server pool starts them ahead
+def demo_minilm() -> dict[str, Any]:
+    """The document `make demo REAL_VLLM=1` applies for search/minilm (e2e/demo.py)."""
+    [doc] = [d for d in demo.examples(real_vllm=True)[0] if demo.is_real_minilm(d)]
+    return doc
+
+
+# the session's server pool starts them ahead; the demo's MiniLM is one more use of the example's server
+POOL = [on_this_machine(d) for _, d in startable()] + [demo_minilm()]
 
 
 @pytest.mark.parametrize(("file", "doc"), startable(), ids=[f"{f}:{d['metadata']['name']}" for f, d in startable()])
@@ -102,3 +111,15 @@ def answers(doc: dict[str, Any], s: Served) -> None:
     for route in s.status["routes"]:
         resp = probe(s.url, route, served_name)
         assert resp.status_code == 200, (route, resp.status_code, resp.text[:300])
+
+
+def test_the_demos_real_vllm_answer(server_pool: ServerPool) -> None:
+    """`make demo REAL_VLLM=1` ends with search/minilm's /v1/embeddings answer (demo.real_answer): the same
+    server as the example's above (the same model and argv: one pool key), asked by the demo's own code."""
+    doc = demo_minilm()
+    assert pool_key(doc) == pool_key(on_this_machine(next(d for _, d in startable() if demo.is_real_minilm(d))))
+    with server_pool.serving(doc) as s:
+        answer = demo.real_answer(s.url)
+    [item] = answer["data"]
+    assert answer["model"] == "minilm" and len(item["embedding"]) == 384
+    assert abs(sum(x * x for x in item["embedding"]) - 1.0) < 1e-3  # pooling: MEAN, normalize: true
