@@ -312,6 +312,45 @@ def test_the_first_pass_is_the_one_run_on_taking_the_lease_not_the_standby_sync(
     asyncio.run(main())
 
 
+class LateRenewal:
+    """A Lease this replica holds whose renewal runs late (the API server slow): ``leading`` turns False for a
+    while, ``held`` stays True, and no acquisition (so no full pass) follows when the renewal lands."""
+
+    def __init__(self) -> None:
+        self.held = True
+        self.leading = True
+
+    async def run(self, on_acquire: Any, background: Any) -> None:
+        background(on_acquire())
+        await asyncio.Event().wait()
+
+    async def release(self) -> None:
+        self.held = self.leading = False
+
+
+def test_work_met_while_a_held_leases_renewal_is_late_is_done_once_it_lands() -> None:
+    """Run 2026-12-03: with the API server at ~0.7 s a request, a renewal landed past the renew deadline; the keys
+    the workers met in that gap were dropped, and 19 of 50 new services never got a Deployment."""
+
+    async def main() -> None:
+        world = World()
+        lease = LateRenewal()
+        world.runtime = Runtime(world.ctx, lease, workers=4)  # type: ignore[arg-type]
+        async with running(world, "first"):
+            visits = reconciled()
+            lease.leading = False  # the renewal is late: this replica must not act now
+            for i in range(5):
+                world.create(f"late-{i}")
+            await asyncio.sleep(0.05)
+            assert reconciled() == visits and world.kube.requests["patch Deployment"] == 1
+            lease.leading = True  # the renewal lands
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_until(lambda: world.kube.requests["patch Deployment"] == 6), 10)
+            assert (world.kube.requests["patch Deployment"], reconciled()) == (6, visits + 5)
+
+    asyncio.run(main())
+
+
 async def _until(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)

@@ -42,6 +42,7 @@ RECHECK_SECONDS = max(1.0, float(os.environ.get("VPO_RESYNC_SECONDS", "30")))
 AUTOSCALE_SECONDS = max(0.5, float(os.environ.get("VPO_AUTOSCALE_SECONDS", "15")))
 WORKERS = max(1, int(os.environ.get("VPO_WORKERS", "16")))
 POLICY_RECOUNT_SECONDS = 2.0  # policy status recounts coalesce over this window
+LATE_RENEWAL_RETRY_SECONDS = 1.0  # a key met while the held Lease's renewal is late waits this long, then again
 POLICIES_KEY: OwnerKey = ("AutoscalingPolicy", "", "*")  # the queue's key for "recount every policy's services"
 
 PASSES = Counter("vllm_pooling_operator_resync_passes", "Resync passes run.", ["kind"])
@@ -222,7 +223,12 @@ class Runtime:
     async def _work(self, key: OwnerKey) -> None:
         QUEUED.set(len(self.queue))
         if not self.leading:
-            return  # a replica that takes the Lease runs a full pass
+            if self.leadership is not None and self.leadership.held:
+                # Held, but the last renewal is older than the renew deadline (a slow API server): act on this key
+                # once a renewal lands. Nothing else would bring it back: no pass runs on a renewal, and while the
+                # Lease stays held no acquisition comes either (50 services were left without a Deployment).
+                self.queue.add_after(key, LATE_RENEWAL_RETRY_SECONDS)
+            return  # standing by: a replica that takes the Lease runs a full pass
         if key == POLICIES_KEY:
             await self._policies()
             return

@@ -105,7 +105,10 @@ class Leadership:
                 won = False
                 if self.held and self.clock() - self._renewed_at < RENEW_DEADLINE_SECONDS:
                     won = True  # a failed renewal inside the deadline: still ours
-                log.info("Lease %s/%s not renewed: %s", self.namespace, self.name, exc)
+                why = str(exc) or type(exc).__name__
+                if isinstance(exc, TimeoutError):
+                    why = f"no answer within {RENEW_DEADLINE_SECONDS / 2:.0f} s"
+                log.info("Lease %s/%s not renewed: %s", self.namespace, self.name, why)
             if won and not self.held:
                 self.held = True
                 LEADER.set(1)
