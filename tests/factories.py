@@ -109,3 +109,19 @@ def model_cache(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, An
     base = {"model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": MINILM_SHA},
             "storage": {"size": "1Gi"}}
     return resource("ModelCache", merge(base, spec), **{"name": "minilm", **meta})
+
+
+def invalid_examples(namespace: str = "ns") -> dict[str, dict[str, Any]]:
+    """One resource of every kind of ours that the CRD schema lets in and only the vLLM rules refuse (what the
+    admission webhook exists for); tests/test_admission.py keeps it covering every kind."""
+    encoder_batch = {"engine": {"maxModelLen": 512, "maxNumBatchedTokens": 256}}
+    return {
+        "PoolingService": pooling(encoder_batch, name="too-small-batch", namespace=namespace),
+        "ScoringService": scoring(encoder_batch, name="too-small-batch", namespace=namespace),
+        "HiddenStateJob": hidden_states({"layers": [3, 99]}, name="no-layer-99", namespace=namespace),
+        "PoolingJob": pooling_job(encoder_batch, name="too-small-batch", namespace=namespace),
+        "ModelCache": model_cache({"storage": {"size": None, "claimName": "shared", "storageClassName": "fast"}},
+                                  name="class-on-a-claim", namespace=namespace),
+        "AutoscalingPolicy": policy({"defaults": {"scaleDown": {"stabilizationSeconds": 10}},
+                                     "limits": {"minScaleDownStabilizationSeconds": 120}}, name="below-its-floor"),
+    }

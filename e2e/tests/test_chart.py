@@ -144,8 +144,11 @@ def test_chart_readme_lists_every_value() -> None:
 
 
 def test_chart_registers_every_path_the_operator_serves(helm: Path) -> None:
+    """Every kind of ours (the chart reads them from the CRDs it ships), at its path and in its scope."""
+    from pooling_operator.api.resources import KINDS
     from pooling_operator.handlers.admission import WEBHOOK_PATHS
 
+    scopes = {info.plural: "Namespaced" if info.namespaced else "Cluster" for info in KINDS.values()}
     for sets, key in (([], "service"), (["webhook.url=https://127.0.0.1:9443"], "url")):
         [cfg] = [d for d in template(helm, *sets) if d["kind"] == "ValidatingWebhookConfiguration"]
         got = {}
@@ -153,7 +156,8 @@ def test_chart_registers_every_path_the_operator_serves(helm: Path) -> None:
             [rule] = hook["rules"]
             where = hook["clientConfig"][key]
             got[rule["resources"][0]] = where["path"] if key == "service" else where.removeprefix("https://127.0.0.1:9443")
-        assert got == WEBHOOK_PATHS
+            assert rule["scope"] == scopes[rule["resources"][0]], rule
+        assert got == WEBHOOK_PATHS and set(got) == set(scopes)
 
 
 def test_the_image_tag_default_is_the_one_render_uses_and_the_docs_say_so(helm: Path) -> None:

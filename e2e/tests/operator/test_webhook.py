@@ -23,9 +23,13 @@ from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _free_ports
 from e2e.operator_process import OperatorProcess
+from pooling_operator.api.resources import KINDS
 from pooling_operator.handlers.admission import WEBHOOK_PATHS
+from tests.factories import invalid_examples
 
-NAMESPACED = ("poolingservices", "scoringservices", "hiddenstatejobs")
+# Every namespaced kind of ours (the webhook registered here is scoped to the test's namespace, so the
+# cluster-scoped AutoscalingPolicy is judged in tests/test_admission.py and registered by test_chart.py).
+NAMESPACED = tuple(info.plural for info in KINDS.values() if info.namespaced)
 
 INVALID = """
 apiVersion: vllm-pooling.io/v1alpha1
@@ -121,6 +125,15 @@ def test_kubectl_apply_gets_the_validate_messages_and_ignore_keeps_the_cluster_w
     assert line in res.stderr, (line, res.stderr)
     assert "admission webhook" in res.stderr and "denied the request" in res.stderr
     assert cluster.kubectl("get", "pls", "too-small-batch", "-n", namespace, check=False).returncode != 0
+
+    # every other namespaced kind of ours too (PoolingJob was once left out of the webhook's list)
+    for kind, doc in invalid_examples(namespace).items():
+        if kind == "PoolingService" or not KINDS[kind].namespaced:
+            continue
+        text = yaml.safe_dump(doc)
+        first = validate_lines(text, tmp_path)[0]
+        res = cluster.kubectl("apply", "-f", "-", input=text, check=False)
+        assert res.returncode != 0 and first in res.stderr and "denied the request" in res.stderr, (kind, first, res.stderr)
 
     # a valid one is let in, with the validate warnings passed on to kubectl
     ok = apply(cluster, VALID_WITH_WARNING, namespace)

@@ -11,9 +11,12 @@ from typing import Any
 import kopf
 
 from pooling_operator import GROUP, VERSION
+from pooling_operator.api.resources import KINDS
 from pooling_operator.vllm.validate import admission_verdict
 
-VALIDATED = ("poolingservices", "scoringservices", "hiddenstatejobs", "modelcaches", "autoscalingpolicies")
+# Every kind of ours (the table the CRDs come from): a kind added there is judged here, and the chart registers
+# it from the CRD files it ships (templates/webhook.yaml).
+VALIDATED = tuple(info.plural for info in KINDS.values())
 WEBHOOK_PATHS = {plural: f"/validate-{plural}" for plural in VALIDATED}
 
 
