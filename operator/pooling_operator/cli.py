@@ -48,8 +48,9 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
         if isinstance(result.resource, AutoscalingPolicy) and result.ok:
             policies[result.resource.metadata.name] = result.resource.spec
     # Services are checked against the policies found in the same input, when there are any.
-    results = [(doc.file, validate(doc.body, settings, policies or None)) for doc in docs]
-    duplicates = duplicate_problems([(f"{doc.file} (document {doc.index + 1})", doc.body) for doc in docs])
+    results = [(doc.where, validate(doc.body, settings, policies or None)) for doc in docs]
+    duplicates = duplicate_problems([(f"{doc.file} (document {doc.index + 1}{', ' + doc.item if doc.item else ''})", doc.body)
+                                     for doc in docs])
     for i, problem in duplicates.items():
         results[i][1].problems.append(problem)
     for i, problem in shared_compile_caches([r.resource for _, r in results]).items():

@@ -40,16 +40,23 @@ class _StrictLoader(_SafeLoader):  # type: ignore[valid-type,misc]
     """SafeLoader that refuses duplicate keys: a silently dropped duplicate is a lost user setting."""
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """A mapping whose keys, as written, are unique; YAML merge keys (``<<: *base``, ``<<: [*a, *b]``) are merged
+    as kubectl and the API server's decoder merge them: the keys written beside ``<<`` win over merged ones."""
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == MERGE_TAG:
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
+    return loader.construct_mapping(node, deep=deep)  # SafeConstructor's: flattens the merge keys first
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -124,6 +131,37 @@ class Document:
     file: str
     index: int
     body: Any
+    item: str = ""  # "items[2]" (or "items[2].items[0]") for an item of a List document, which kubectl unwraps
+
+    @property
+    def where(self) -> str:
+        """The file, and the item of a List document: what each problem line starts with."""
+        return f"{self.file}: {self.item}" if self.item else self.file
+
+
+def is_list(body: dict[str, Any]) -> bool:
+    """A List document, as kubectl apply -f reads one (``kind: List`` or ``<Kind>List``, with ``items``)."""
+    kind = body.get("kind")
+    return isinstance(kind, str) and kind.endswith("List") and "items" in body and "spec" not in body
+
+
+def _unwrap(body: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The resources of a document: itself, or each item of a List (and of a List among its items), in order."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        item, current = stack.pop()
+        if not isinstance(current, dict):
+            shape = "a list" if isinstance(current, list) else f"a single {type(current).__name__} value"
+            raise ManifestError(f"{where}{item}: {shape}, not an object: each item of a List must be a resource")
+        if not is_list(current):
+            yield item, current
+            continue
+        items = current["items"]
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ManifestError(f"{where}{item + '.' if item else ''}items: not a list: a {current['kind']}'s items are resources")
+        stack.extend((f"{item + '.' if item else ''}items[{i}]", x) for i, x in reversed(list(enumerate(items))))
 
 
 def expand(paths: list[str]) -> list[Path]:
@@ -159,8 +197,9 @@ def _read(path: Path) -> str:
 
 
 def load(paths: list[str]) -> Iterator[Document]:
-    """Every non-empty document of every file; ManifestError, one line, on unreadable, malformed or unbounded
-    input: a top-level value that is not a mapping, nesting, aliases or sizes beyond the bounds above."""
+    """Every non-empty document of every file, each item of a List document as its own; ManifestError, one line,
+    on unreadable, malformed or unbounded input: a top-level value (or List item) that is not a mapping, nesting,
+    aliases or sizes beyond the bounds above."""
     count = 0
     for path in expand(paths):
         loader = _StrictLoader(_read(path))
@@ -194,7 +233,11 @@ def load(paths: list[str]) -> Iterator[Document]:
                     raise ManifestError(f"{where}{shape}, not an object: each document must be a mapping with "
                                         "apiVersion, kind, metadata and spec")
                 if body is not None:
-                    yield Document(str(path), index, body)
+                    for n, (item, resource) in enumerate(_unwrap(body, where)):
+                        count += n > 0  # each item of a List counts as a document
+                        if count > MAX_DOCUMENTS:
+                            raise ManifestError(f"{where}more than {MAX_DOCUMENTS:,} documents in one input; split it")
+                        yield Document(str(path), index, resource, item)
                 index += 1
         finally:
             loader.dispose()
