@@ -219,7 +219,8 @@ class ModelSpec(Spec):
     """The model to serve."""
 
     name: HfRepo = Field(
-        description="Hugging Face repo id (e.g. BAAI/bge-m3), or a label for the model when source.volume is used."
+        description="Hugging Face repo id (e.g. BAAI/bge-m3: ASCII letters, digits, '-', '_', '.', one '/'), or a "
+        "label for the model when source.volume is used (no invisible or direction-changing characters)."
     )
     revision: str | None = Field(
         default=None,

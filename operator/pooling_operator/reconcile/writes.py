@@ -192,7 +192,23 @@ async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], 
         "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
         "status": new,
     }
-    written = await ctx.kube.apply(patch, subresource="status")
+    try:
+        written = await ctx.kube.apply(patch, subresource="status")
+    except ApiError as exc:
+        if isinstance(exc, TransientApiError) or exc.status not in (400, 413, 422, 500):
+            raise
+        # Refused for what it holds (too large, or a value the API server will not store): keep a condition that
+        # says so, rather than no status at all and a retry every minute for ever.
+        why = f"the API server refused this resource's status (HTTP {exc.status}): {_server_message(exc)[:500]}"
+        generation = meta.get("generation")
+        new = {"observedGeneration": generation,
+               "conditions": conditions.merge(old.get("conditions"), [C.condition(C.READY, False, C.STATUS_REFUSED, why, generation)], now())}
+        log.warning("%s %s/%s: %s", body["kind"], meta.get("namespace", ""), meta["name"], why)
+        written = await ctx.kube.apply({**patch, "status": new}, subresource="status")
+        ctx.cache.wrote(written)
+        WRITES.labels(body["kind"], "status").inc()
+        ctx.event(body, "Warning", C.STATUS_REFUSED, why)
+        return
     ctx.cache.wrote(written)
     WRITES.labels(body["kind"], "status").inc()
     for kind, reason, message in conditions.announced(old.get("conditions"), new["conditions"]):

@@ -46,6 +46,7 @@ VALID = "Valid"  # True
 INVALID_SPEC = "InvalidSpec"  # False: a rule is broken; the message names the field
 EMBEDDING_SPACE_CHANGED = "EmbeddingSpaceChanged"  # False: vector-space fields changed without a new label
 CHILD_REJECTED = "ChildRejected"  # False: the API server refused a child built from the spec
+STATUS_REFUSED = "StatusRefused"  # False: the API server refused the status the reconcile wrote (the message says why)
 POLICY_NOT_ALLOWED = "PolicyNotAllowed"  # False: the named AutoscalingPolicy does not select the namespace
 POLICY_INVALID = "PolicyInvalid"  # False: the AutoscalingPolicy it would follow breaks its own rules (named)
 # Progressing

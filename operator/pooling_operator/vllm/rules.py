@@ -31,6 +31,7 @@ from pooling_operator.api.services import (
     SEQUENCE_POOLING,
     SEQUENCE_TASKS,
 )
+from pooling_operator.vllm.carried_rules import carried_size_problems
 from pooling_operator.vllm.confinement import CODE_ADVICE, CODE_ENV, OWNED_ENV, outside, paths_message, roots
 from pooling_operator.vllm.contract import (
     Contract,
@@ -45,6 +46,7 @@ from pooling_operator.vllm.flag_classes import code_keys
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems, job_problems
 from pooling_operator.vllm.model_rules import matryoshka_bound, remote_code_problems
 from pooling_operator.vllm.models import BGE_M3
+from pooling_operator.vllm.name_rules import cache_name_problems, model_name_problems
 from pooling_operator.vllm.share_rules import share_problems
 from pooling_operator.vllm.storage_rules import (
     cache_problems,
@@ -89,6 +91,8 @@ Rule = Callable[[Subject], Iterable[Problem]]
 def model_and_engine(s: Subject) -> Iterable[Problem]:
     """Source, revision, trust, env and batching of every vLLM server (the version's own problem too)."""
     yield from _common(s.w, s.settings)
+    yield from model_name_problems(s.w.model)
+    yield from carried_size_problems(s.w)
     yield from remote_code_problems(s.w)
     _, error = resolve_version(s.w.engine.version, s.w.engine.image)
     if error:
@@ -189,7 +193,8 @@ def judge(
     if isinstance(resource, AutoscalingPolicy):
         return Judgement(sorted(policy_problems(resource)))
     if isinstance(resource, ModelCache):
-        return Judgement(sorted(cache_problems(resource), key=lambda p: (p.severity != "error", p.path, p.message)))
+        problems = [*cache_problems(resource), *cache_name_problems(resource)]
+        return Judgement(sorted(problems, key=lambda p: (p.severity != "error", p.path, p.message)))
     w = workload(resource)
     version, _ = resolve_version(w.engine.version, w.engine.image)
     c = contract(version) if version else None
