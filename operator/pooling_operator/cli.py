@@ -25,8 +25,9 @@ from pooling_operator.hidden_states.pooling_cli import add_parser as add_pooling
 from pooling_operator.manifests import ManifestError, dump_all, load
 from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
 from pooling_operator.status.services import share_status
+from pooling_operator.vllm.embedding_space import space_clashes
 from pooling_operator.vllm.rules import Settings
-from pooling_operator.vllm.storage_rules import shared_compile_caches
+from pooling_operator.vllm.storage_rules import cache_contradictions, shared_compile_caches
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
@@ -53,7 +54,14 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
                                      for doc in docs])
     for i, problem in duplicates.items():
         results[i][1].problems.append(problem)
-    for i, problem in shared_compile_caches([r.resource for _, r in results]).items():
+    resources = [r.resource for _, r in results]
+    for i, problem in shared_compile_caches(resources).items():
+        results[i][1].problems.append(problem)
+    # Resources that contradict each other in one input: a cache that holds another model or revision, one
+    # embeddingSpace label for two spaces (the reconcile judges the first against the cluster's ModelCache).
+    for i, problems in cache_contradictions(resources).items():
+        results[i][1].problems.extend(problems)
+    for i, problem in space_clashes(resources).items():
         results[i][1].problems.append(problem)
     return results
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from pooling_operator.api import PoolingJob, PoolingService
+from pooling_operator.api.problems import Problem
 
 
 def embedding_fingerprint(resource: PoolingService | PoolingJob) -> str:
@@ -26,3 +27,33 @@ def embedding_fingerprint(resource: PoolingService | PoolingJob) -> str:
         "dimensions": pooling.dimensions if pooling else None,
     }
     return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _essence(resource: PoolingService | PoolingJob) -> str:
+    spec = resource.spec
+    p = spec.pooling
+    rev = f"@{spec.model.revision}" if spec.model.revision else " (unpinned)"
+    return (f"{spec.model.name}{rev}, pooling {p.type if p and p.type else 'model default'}, normalize "
+            f"{p.normalize if p else None}, dimensions {p.dimensions if p and p.dimensions else 'all'}")
+
+
+def space_clashes(resources: list[object]) -> dict[int, Problem]:
+    """{index: problem} for every PoolingService or PoolingJob whose embeddingSpace label an earlier one of the same
+    namespace claims (input order) with another space: one label, one space, or an index built by the job is
+    queried through a service that computes other vectors."""
+    first: dict[tuple[str, str], tuple[str, str, str]] = {}  # (namespace, label) -> (Kind/name, fingerprint, essence)
+    out: dict[int, Problem] = {}
+    for i, r in enumerate(resources):
+        if not isinstance(r, PoolingService | PoolingJob) or not r.spec.embedding_space:
+            continue
+        key = (r.metadata.namespace or "default", r.spec.embedding_space)
+        mine = embedding_fingerprint(r)
+        if key not in first:
+            first[key] = (f"{r.kind}/{r.metadata.name}", mine, _essence(r))
+            continue
+        other, theirs, essence = first[key]
+        if theirs != mine:
+            out[i] = Problem("spec.embeddingSpace", f"{other} claims embedding space {key[1]!r} too, with another space "
+                             f"({essence}; here {_essence(r)}): one label, one space; give one of them another label "
+                             "or make the model, revision and pooling agree")
+    return out

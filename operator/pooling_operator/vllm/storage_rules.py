@@ -12,7 +12,7 @@ from pooling_operator.api import ModelCache
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
 from pooling_operator.vllm.contract import LOAD_FORMAT_NOTES, LOAD_FORMAT_PACKAGES, LOAD_FORMATS
-from pooling_operator.vllm.workload import Workload
+from pooling_operator.vllm.workload import Workload, workload
 
 
 def source_problems(w: Workload) -> Iterator[Problem]:
@@ -123,4 +123,22 @@ def shared_compile_caches(resources: list[object]) -> dict[int, Problem]:
                              "are code vLLM runs); give each service its own", "warning")
         else:
             first[key] = f"{r.kind}/{meta.name}"  # type: ignore[attr-defined]
+    return out
+
+
+def cache_contradictions(resources: list[object]) -> dict[int, list[Problem]]:
+    """{index: problems} for every service or job whose model.source.cache names a ModelCache of the same input
+    (same namespace) that holds another model or revision (cache_source_problems, as the reconcile judges it
+    against the cluster's cache), each naming the cache as Kind/name."""
+    caches = {(r.metadata.namespace or "default", r.metadata.name): r for r in resources if isinstance(r, ModelCache)}
+    out: dict[int, list[Problem]] = {}
+    for i, r in enumerate(resources):
+        source = getattr(getattr(getattr(r, "spec", None), "model", None), "source", None)
+        if source is None or source.cache is None or isinstance(r, ModelCache):
+            continue
+        cache = caches.get((r.metadata.namespace or "default", source.cache.name))  # type: ignore[attr-defined]
+        if cache is not None:
+            problems = list(cache_source_problems(workload(r), cache))  # type: ignore[arg-type]
+            if problems:
+                out[i] = problems
     return out
