@@ -28,6 +28,7 @@ def resource(kind: str, spec: dict[str, Any], name: str = "demo", namespace: str
     return {"apiVersion": API, "kind": kind, "metadata": meta, "spec": spec}
 
 
+ABC_SHA = "abc1230000000000000000000000000000000000"  # a full commit sha (the rules warn on a branch or short sha)
 MINILM_HINTS = {"architectures": ["BertModel"], "numHiddenLayers": 6, "hiddenSize": 384, "numAttentionHeads": 12, "maxModelLen": 256}
 QWEN_HINTS = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -41,7 +42,7 @@ QWEN_HINTS = {
 
 def pooling(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     base = {
-        "model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": "abc123", "hints": MINILM_HINTS},
+        "model": {"name": "sentence-transformers/all-MiniLM-L6-v2", "revision": ABC_SHA, "hints": MINILM_HINTS},
         "task": "embed",
         "engine": {"image": "vllm/vllm-openai:v0.33.0"},
     }
@@ -53,7 +54,7 @@ def scoring(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
         "mode": "crossEncoder",
         "model": {
             "name": "BAAI/bge-reranker-v2-m3",
-            "revision": "abc123",
+            "revision": ABC_SHA,
             "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
         },
         "engine": {"image": "vllm/vllm-openai:v0.33.0"},
@@ -64,7 +65,7 @@ def scoring(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
 def generative(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     base = {
         "mode": "generative",
-        "model": {"name": "Qwen/Qwen3-1.7B", "revision": "abc123", "hints": QWEN_HINTS},
+        "model": {"name": "Qwen/Qwen3-1.7B", "revision": ABC_SHA, "hints": QWEN_HINTS},
         "generative": {"labels": [{"token": "Yes", "id": 9454}, {"token": "No", "id": 2753}]},
         "engine": {"image": "vllm/vllm-openai:v0.33.0"},
     }
@@ -73,7 +74,7 @@ def generative(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any
 
 def hidden_states(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     base = {
-        "model": {"name": "Qwen/Qwen3-8B", "revision": "abc123", "hints": QWEN_HINTS},
+        "model": {"name": "Qwen/Qwen3-8B", "revision": ABC_SHA, "hints": QWEN_HINTS},
         "layers": [3, 18, 33, 36],
         "dataset": {"volume": {"claimName": "datasets", "path": "/prompts.jsonl"}},
         "output": {"volume": {"claimName": "hidden-states", "path": "/runs/qwen3-8b"}},

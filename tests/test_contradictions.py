@@ -64,3 +64,15 @@ def test_one_embedding_space_label_for_two_spaces(tmp_path: Path, capsys: pytest
     [line] = [x for x in lines if "claims embedding space" in x]
     assert line.startswith("PoolingService/svc: spec.embeddingSpace: PoolingJob/corpus claims embedding space 'minilm-v1' too")
     assert "pooling MEAN" in line and "pooling CLS" in line and code == 1
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "c9745ed", "C9745ED1D9F207416BE6D2E6F8DE32D1F16199BF"])
+def test_a_branch_tag_or_short_sha_warns_for_a_cache_as_for_a_service(revision: str) -> None:
+    """A ModelCache pinned to a branch name passed silently while a service without a pin warned: both warn now."""
+    from pooling_operator.vllm.validate import validate
+
+    for doc in (model_cache({"model": {"revision": revision}}), pooling({"model": {"revision": revision}})):
+        result = validate(doc)
+        [w] = [p for p in result.warnings if p.path == "spec.model.revision"]
+        assert "not a commit" in w.message and result.ok, (doc["kind"], w)
+    assert not [p for p in validate(model_cache({"model": {"revision": MINILM_SHA}})).problems if p.path == "spec.model.revision"]

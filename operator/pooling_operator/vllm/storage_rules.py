@@ -6,6 +6,7 @@ naming the package."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator
 
 from pooling_operator.api import ModelCache
@@ -31,6 +32,18 @@ def source_problems(w: Workload) -> Iterator[Problem]:
         )
     if source is not None and source.volume is not None and model.revision:
         yield Problem("spec.model.revision", "a revision applies only to huggingFace and cache sources; remove it for a volume")
+    elif from_hub and model.revision:
+        yield from branch_revision_problems(model.revision, "every new pod downloads what it points to then")
+
+
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def branch_revision_problems(revision: str, then: str) -> Iterator[Problem]:
+    """A revision that is not a commit sha (40 hex digits): a branch or tag that may move."""
+    if not COMMIT.fullmatch(revision):
+        yield Problem("spec.model.revision", f"{revision!r} is a branch, a tag or a shortened sha, not a commit: "
+                                             f"{then}; set the full commit sha (40 hex digits)", "warning")
 
 
 def embedding_space_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
@@ -54,6 +67,9 @@ def cache_problems(resource: ModelCache) -> Iterator[Problem]:
     if not spec.model.revision:
         yield Problem("spec.model.revision", "no revision pinned: the fill takes what the main branch holds then, and "
                                              "a later refill may hold other weights; set a commit sha", "warning")
+    else:
+        yield from branch_revision_problems(spec.model.revision, "the fill resolves it once, and a later refill may "
+                                                                  "hold other weights")
 
 
 def cache_source_problems(w: Workload, cache: ModelCache | None) -> Iterator[Problem]:
