@@ -17,7 +17,7 @@ from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 from pooling_operator.vllm.workload import workload
-from tests.factories import hidden_states, pooling, scoring
+from tests.factories import hidden_states, pooling, pooling_job, scoring
 
 MiB, GiB = 2**20, 2**30
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -261,3 +261,37 @@ def test_the_budget_the_autoscaler_and_simulate_count_a_share_as_its_fraction() 
     r = validate(doc, Settings())
     assert r.ok, r.problems
     assert setup_for(r.resource, None, ServiceParams()).gpus_per_replica == pytest.approx(4 * 1024 / 81559)
+
+
+def as_pooling_job(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same model, engine and resources as a PoolingJob (issue 42.6: a corpus job on part of a GPU)."""
+    spec = doc["spec"]
+    return pooling_job({"model": {"hints": spec["model"]["hints"]}, "engine": {k: v for k, v in spec["engine"].items() if k != "image"},
+                        "resources": spec["resources"], "pooling": {"type": "MEAN", "normalize": True}})
+
+
+@pytest.mark.parametrize(("doc", "path", "words"), [c[1:] for c in REFUSED if "HiddenStateJob" not in c[0]],
+                         ids=[c[0] for c in REFUSED if "HiddenStateJob" not in c[0]])
+def test_a_pooling_job_on_a_share_is_refused_with_the_same_figures(doc: dict[str, Any], path: str, words: str) -> None:
+    found = [(p, m) for p, sev, m in problems(as_pooling_job(doc)) if sev == "error"]
+    assert any(p == path and words in m for p, m in found), found
+
+
+@pytest.mark.parametrize(("gpu", "limits", "util", "gpus"), [c[1:] for c in RENDERED], ids=[c[0] for c in RENDERED])
+def test_a_pooling_job_on_a_share_is_sized_and_requests_it_as_a_service(gpu: dict[str, Any], limits: dict[str, str], util: float,
+                                                                        gpus: float) -> None:
+    r = validate(as_pooling_job(shared(gpu)), Settings())
+    assert r.ok, r.problems
+    pl = plan(r.resource, r.contract, BuildContext(), r.workload)  # type: ignore[arg-type]
+    [job] = [o for o in pl.objects if o["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    [vllm] = [c for c in pod["initContainers"] if c["name"] == "vllm"]
+    # the share's resource is what the Job's pod requests: Kueue's quota counts it so
+    assert {k: v for k, v in vllm["resources"].get("limits", {}).items() if k != "memory"} == limits
+    assert float(vllm["args"][vllm["args"].index("--gpu-memory-utilization") + 1]) == util
+    assert gpus_per_pod(r.resource.spec.resources) == pytest.approx(gpus)  # type: ignore[union-attr]
+    dra_share = gpu["share"]["via"] == "dra"
+    assert ("resourceClaims" in pod) is dra_share and ("claims" in vllm["resources"]) is dra_share
+    if dra_share:
+        assert pl.objects[0]["kind"] == "ResourceClaimTemplate"
+        assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": pl.objects[0]["metadata"]["name"]}]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
-from pooling_operator.api import AutoscalingPolicy, ModelCache, PoolingService, ScoringService
+from pooling_operator.api import AutoscalingPolicy, ModelCache, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
@@ -38,7 +38,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint)
 
 
-SHARE_KINDS = (PoolingService, ScoringService)
+SHARE_KINDS = (PoolingService, ScoringService, PoolingJob)
 
 
 def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:

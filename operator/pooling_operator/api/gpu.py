@@ -88,7 +88,7 @@ class GpuSpec(Spec):
 
     share: GpuShareSpec | None = Field(
         default=None,
-        description="A share of one GPU instead of count whole GPUs (PoolingService, ScoringService); sets vLLM's "
+        description="A share of one GPU instead of count whole GPUs (PoolingService, ScoringService, PoolingJob); sets vLLM's "
         "memory bound, so engine.gpuMemoryUtilization and tensorParallelSize > 1 are refused with it.",
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +125,47 @@ def dra_share(resources: ResourcesSpec | None) -> GpuShareSpec | None:
     """The share a ResourceClaimTemplate requests (via dra), else None."""
     share = resources.gpu.share if resources and resources.gpu else None
     return share if share is not None and share.via == "dra" else None
+
+
+def claim_request(device_class: str, memory: str) -> dict[str, Any]:
+    """A DRA share's one device request: a device of the class and, of it, the share's memory (resource.k8s.io/v1
+    `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and 1.35 behind
+    DRAConsumableCapacity, off by default; the driver's devices must allow multiple allocations)."""
+    return {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
+
+
+def claim_template_name(w: Workload, device_class: str, memory: str) -> str:
+    """`<workload>-gpu-<8 hex>`, the hash of what the template requests. A ResourceClaimTemplate's spec is
+    immutable (resource.k8s.io/v1 ResourceClaimTemplate.spec): a changed share is a new template, the rollout
+    moves the pods to it, and the old one is deleted as no longer desired (claims made from it stay with their
+    pods until those go)."""
+    digest = hashlib.sha256(json.dumps(claim_request(device_class, memory), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{w.name}-{GPU_CLAIM}-{digest}"
+
+
+def dra_claim_templates(uid: str | None, w: Workload, resources: ResourcesSpec | None) -> list[dict[str, Any]]:
+    """A DRA share's ResourceClaimTemplate (each pod's ResourceClaim asks for `claim_request`), else none. Where the
+    DRAConsumableCapacity gate is off, the API server drops the capacity request and each claim takes a whole
+    device (status.effective.gpuShare says so: status.services.claim_capacity_dropped)."""
+    share = dra_share(resources)
+    if share is None or not share.device_class_name:
+        return []
+    memory = str(share.memory)
+    return [{
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata(w, claim_template_name(w, share.device_class_name, memory), uid),
+        "spec": {"spec": {"devices": {"requests": [claim_request(share.device_class_name, memory)]}}},
+    }]  # fmt: skip
+
+
+def dra_pod_claims(w: Workload, resources: ResourcesSpec | None) -> dict[str, Any]:
+    """The pod spec's `resourceClaims` for a DRA share (from its template), else nothing."""
+    share = dra_share(resources)
+    if share is None or not share.device_class_name:
+        return {}
+    name = claim_template_name(w, share.device_class_name, str(share.memory))
+    return {"resourceClaims": [{"name": GPU_CLAIM, "resourceClaimTemplateName": name}]}
 
 
 def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:

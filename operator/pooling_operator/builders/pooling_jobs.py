@@ -13,7 +13,7 @@ from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api.pooling_job_contract import vector_dtype
-from pooling_operator.builders.common import BuildContext, vllm_volumes
+from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
         dataset_mount,
     driver_container,
@@ -75,9 +75,12 @@ def job(resource: PoolingJob, w: Workload, argv: list[str], ctx: BuildContext) -
     preflight = driver_container("preflight", ["pooling-job", "preflight", *shard_args(resource, w)], ctx, [dataset_mount()])
     vllm = sidecar(w, argv, resource.spec.resources, mounts)
     driver = driver_container("driver", driver_args(resource, w, argv), ctx, [dataset_mount(), output_mount()])
-    return indexed_job(resource, w, ctx, [preflight, vllm], driver, volumes)
+    out = indexed_job(resource, w, ctx, [preflight, vllm], driver, volumes)
+    out["spec"]["template"]["spec"].update(dra_pod_claims(w, resource.spec.resources))  # a DRA share's claim
+    return out
 
 
 def build_pooling_job(resource: PoolingJob, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
     """Every child of a PoolingJob (builders.plan resolves the workload view and vLLM's command line once)."""
-    return job_children(w, resource.metadata.uid, job(resource, w, argv, ctx))
+    templates = dra_claim_templates(resource.metadata.uid, w, resource.spec.resources)  # before the pods that name it
+    return [*templates, *job_children(w, resource.metadata.uid, job(resource, w, argv, ctx))]

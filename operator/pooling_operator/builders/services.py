@@ -3,8 +3,6 @@ NetworkPolicy."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from pooling_operator import OPERATOR_IMAGE
@@ -18,12 +16,12 @@ from pooling_operator.api.policy import (
 )
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
-    GPU_CLAIM,
     POD_SECURITY,
     SERVER_CONTAINER,
     BuildContext,
     CacheMount,
-    dra_share,
+    dra_claim_templates,
+    dra_pod_claims,
     health_probes,
     metadata,
     placement,
@@ -84,10 +82,7 @@ def deployment(resource: Service, w: Workload, argv: list[str], model_cache: Cac
         key = compile_key(w, argv, spec.resources)
         pod_spec["initContainers"] = compile_cache_containers(key, operator_image, port)
         pod_spec["volumes"] = [*volumes, compile_cache_volume(compile_cache.claim_name)]
-    share = dra_share(spec.resources)
-    if share is not None and share.device_class_name:
-        name = claim_template_name(w, share.device_class_name, str(share.memory))
-        pod_spec["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": name}]
+    pod_spec.update(dra_pod_claims(w, spec.resources))
     deploy_spec: dict[str, Any] = {}
     if spec.autoscaling is None:
         deploy_spec["replicas"] = spec.replicas
@@ -240,42 +235,12 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
-def claim_request(device_class: str, memory: str) -> dict[str, Any]:
-    """A DRA share's one device request: a device of the class and, of it, the share's memory (resource.k8s.io/v1
-    `exactly.capacity.requests`: KEP-5075 consumable capacity, alpha in Kubernetes 1.34 and 1.35 behind
-    DRAConsumableCapacity, off by default; the driver's devices must allow multiple allocations)."""
-    return {"name": GPU_CLAIM, "exactly": {"deviceClassName": device_class, "capacity": {"requests": {"memory": memory}}}}
-
-
-def claim_template_name(w: Workload, device_class: str, memory: str) -> str:
-    """`<service>-gpu-<8 hex>`, the hash of what the template requests. A ResourceClaimTemplate's spec is
-    immutable (resource.k8s.io/v1 ResourceClaimTemplate.spec): a changed share is a new template, the rollout
-    moves the pods to it, and the old one is deleted as no longer desired (claims made from it stay with their
-    pods until those go)."""
-    digest = hashlib.sha256(json.dumps(claim_request(device_class, memory), sort_keys=True).encode()).hexdigest()[:8]
-    return f"{w.name}-{GPU_CLAIM}-{digest}"
-
-
-def resource_claim_template(resource: Service, w: Workload, device_class: str, memory: str) -> dict[str, Any]:
-    """A DRA share: each pod's ResourceClaim asks for `claim_request`. Where the DRAConsumableCapacity gate is
-    off, the API server drops the capacity request and each claim takes a whole device (status.effective.gpuShare
-    says so: status.services.claim_capacity_dropped)."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": metadata(w, claim_template_name(w, device_class, memory), resource.metadata.uid),
-        "spec": {"spec": {"devices": {"requests": [claim_request(device_class, memory)]}}},
-    }
-
-
 def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload, argv: list[str]) -> list[dict[str, Any]]:
     """Every child of a service, each a function of the resource, its one workload view and its vLLM command
     line (builders.plan resolves both once)."""
     spec = resource.spec
     objects = [deployment(resource, w, argv, ctx.model_cache, ctx.operator_image), service(resource, w), pod_disruption_budget(resource, w)]
-    share = dra_share(spec.resources)
-    if share is not None and share.device_class_name:
-        objects.insert(0, resource_claim_template(resource, w, share.device_class_name, str(share.memory)))  # before the pods that name it
+    objects[:0] = dra_claim_templates(resource.metadata.uid, w, spec.resources)  # before the pods that name it
     if spec.monitoring.service_monitor:
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:

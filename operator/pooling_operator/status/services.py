@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
@@ -88,7 +88,7 @@ def placed_whole(status: Mapping[str, Any]) -> bool:
     return ((status.get("effective") or {}).get("gpuShare") or {}).get("allocation") == WHOLE_DEVICE
 
 
-def share_status(resource: PoolingService | ScoringService, w: Workload,
+def share_status(resource: PoolingService | ScoringService | PoolingJob, w: Workload,
                  claim_template: dict[str, Any] | None = None) -> dict[str, Any] | None:
     gpu = resource.spec.resources.gpu if resource.spec.resources else None
     if gpu is None or gpu.share is None:

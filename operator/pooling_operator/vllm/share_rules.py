@@ -22,7 +22,7 @@ from pooling_operator.vllm.memory import (
 from pooling_operator.vllm.workload import Workload
 
 P = "spec.resources.gpu"
-SHARE_KINDS = ("PoolingService", "ScoringService")
+SHARE_KINDS = ("PoolingService", "ScoringService", "PoolingJob")
 # Flags that size vLLM's memory apart from --gpu-memory-utilization: with a share they would escape its bound
 # (kv_cache_memory_bytes "does not respect the gpu_memory_utilization config", v1/worker/gpu_worker.py:649-676).
 BOUND_FLAGS = ("--kv-cache-memory-bytes",)
@@ -34,7 +34,8 @@ def share_problems(w: Workload, xa: ExtraArgs, resources: ResourcesSpec | None) 
         return
     share = gpu.share
     if w.kind not in SHARE_KINDS:
-        yield Problem(f"{P}.share", f"a GPU share applies to {' and '.join(SHARE_KINDS)}; a {w.kind} takes whole GPUs (count)")
+        kinds = f"{', '.join(SHARE_KINDS[:-1])} and {SHARE_KINDS[-1]}"
+        yield Problem(f"{P}.share", f"a GPU share applies to {kinds}; a {w.kind} takes whole GPUs (count)")
         return
     if gpu.count is not None:
         yield Problem(f"{P}.count", M.SHARE_NOT_COUNT)
