@@ -274,6 +274,12 @@ class PrometheusServer:
             return [({}, float(result[1]))]
         raise PrometheusError(f"query {promql!r} returned a {kind}, not an instant vector or scalar")
 
+    def samples(self, selector: str, seconds: int) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """The raw samples of the last ``seconds`` of each series ``selector`` names: (labels, [(unix time of the
+        scrape, value), ...]); the times are Prometheus's own, when each scrape happened."""
+        data = self._api("/api/v1/query", {"query": f"{selector}[{seconds}s]"})
+        return [(s["metric"], [(float(t), float(v)) for t, v in s["values"]]) for s in data["result"]]
+
     def value(self, promql: str) -> float | None:
         """The single value of a query, None when it returned no series (NaN stays NaN)."""
         result = self.query(promql)
