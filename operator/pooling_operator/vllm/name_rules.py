@@ -1,10 +1,10 @@
 """What the names a user writes may hold (issue 42.5). Pure; read by the chains of vllm/rules.py.
 
-- A Hugging Face repository id (the model of a huggingFace or cache source, a ModelCache's model) has the Hub's
-  alphabet: ASCII letters, digits, ``-``, ``_`` and ``.``, one optional ``OWNER/`` part, neither part starting or
-  ending with ``-`` or ``.``, no ``--`` or ``..``, at most 96 characters a part (huggingface_hub's
-  ``validate_repo_id``, whose ``\\w`` also lets Unicode letters through, which the Hub itself refuses). A Cyrillic
-  look-alike passes a schema pattern and fails in vLLM at start-up.
+- A Hugging Face repository id (the model of a huggingFace or cache source, a ModelCache's model) is what
+  huggingface_hub's ``validate_repo_id`` accepts: ASCII letters, digits, ``-``, ``_`` and ``.``, one optional
+  ``OWNER/`` part, neither part starting or ending with ``-`` or ``.``, no ``--`` or ``..``, at most 96
+  characters a part. A Cyrillic look-alike passes a schema pattern and fails in vLLM at start-up; the refusal
+  names the character and its position, which the library's message does not.
 - Any other name or label (a volume source's model label, ``servedName``, ``revision``) holds no invisible or
   direction-changing character: controls, format characters (a zero-width space, a right-to-left override that
   shows the name reversed in ``kubectl get``), separators other than the space, private-use or unassigned ones.
@@ -23,7 +23,6 @@ from pooling_operator.api.base import ModelSpec
 from pooling_operator.api.problems import Problem, shown
 
 HUB_ALPHABET = frozenset(string.ascii_letters + string.digits + "-_.")
-HUB_PART_MAX = 96
 HIDDEN_CATEGORIES = {"Cc", "Cf", "Co", "Cn", "Zl", "Zp"}
 
 
@@ -32,29 +31,21 @@ def character(c: str) -> str:
 
 
 def repo_id_problems(path: str, name: str) -> Iterator[Problem]:
-    """The first way ``name`` is not a Hugging Face repository id, if any."""
-    for i, c in enumerate(name, 1):
-        if c not in HUB_ALPHABET and c != "/":
-            yield Problem(path, f"character {i} of {shown(name)} is {character(c)}, which a Hugging Face repository "
-                                "id cannot hold: ASCII letters, digits, '-', '_' and '.', and one '/' between "
-                                "owner and name")
-            return
-    parts = name.split("/")
-    if len(parts) > 2:
-        yield Problem(path, f"{shown(name)} has {len(parts) - 1} '/': a Hugging Face repository id is NAME or OWNER/NAME")
-        return
-    for part in parts:
-        if not part:
-            yield Problem(path, f"{shown(name)} has an empty part: a Hugging Face repository id is NAME or OWNER/NAME")
-        elif part[0] in "-." or part[-1] in "-.":
-            yield Problem(path, f"{part!r} in {shown(name)} starts or ends with '-' or '.', which the Hub refuses")
-        elif "--" in part or ".." in part:
-            yield Problem(path, f"{part!r} in {shown(name)} holds '--' or '..', which the Hub refuses")
-        elif len(part) > HUB_PART_MAX:
-            yield Problem(path, f"{shown(part)} is {len(part)} characters; the Hub allows at most {HUB_PART_MAX} a part")
+    """Whether ``name`` is a Hugging Face repository id, by huggingface_hub's own check (the Hub client's; imported
+    here, on first use: it brings httpx), with the first character outside the Hub's alphabet named."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as exc:
+        why = str(exc).split(": '")[0].rstrip(".")
+        bad = next(((i, c) for i, c in enumerate(name, 1) if c not in HUB_ALPHABET and c != "/"), None)
+        if bad is not None:
+            yield Problem(path, f"character {bad[0]} of {shown(name)} is {character(bad[1])}, which a Hugging Face "
+                                "repository id cannot hold: ASCII letters, digits, '-', '_' and '.', and one '/' "
+                                "between owner and name")
         else:
-            continue
-        return
+            yield Problem(path, f"{shown(name)} is not a Hugging Face repository id: {why}")
 
 
 def visible_problems(path: str, value: str) -> Iterator[Problem]:
