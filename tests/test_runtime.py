@@ -261,7 +261,7 @@ class Standby:
     """A Lease held by another replica until ``take``: the runtime syncs its caches while standing by."""
 
     def __init__(self) -> None:
-        self.leading = False
+        self.held = self.leading = False  # as Leadership: a standby holds nothing
         self.taken = asyncio.Event()
 
     def take(self) -> None:
@@ -269,11 +269,11 @@ class Standby:
 
     async def run(self, on_acquire: Any, background: Any) -> None:
         await self.taken.wait()
-        self.leading = True
+        self.held = self.leading = True
         background(on_acquire())
 
     async def release(self) -> None:
-        self.leading = False
+        self.held = self.leading = False
 
 
 def first_pass_seconds() -> float:
