@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
-from pooling_operator.api import AutoscalingPolicy, ModelCache, PoolingJob, PoolingService, ScoringService
+from pooling_operator.api import AutoscalingPolicy, ModelCache
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
@@ -27,6 +27,7 @@ from pooling_operator.model_cache.cli import add_parser as add_model_cache_parse
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.embedding_space import space_clashes
 from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.share_rules import SHARE_KINDS
 from pooling_operator.vllm.storage_rules import cache_contradictions, shared_compile_caches
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
 
@@ -36,9 +37,6 @@ API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint)
-
-
-SHARE_KINDS = (PoolingService, ScoringService, PoolingJob)
 
 
 def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:
@@ -69,7 +67,7 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
 def _report(file: str, result: Result, out: Any) -> None:
     for p in result.problems:
         print(f"{file}: {problem_line(result, p)}", file=out)
-    share = share_status(result.resource, result.workload) if isinstance(result.resource, SHARE_KINDS) and result.workload else None
+    share = share_status(result.resource, result.workload) if result.kind in SHARE_KINDS and result.workload else None
     if share and result.ok:
         print(
             f"{file}: {result.kind}/{result.name}: spec.resources.gpu.share: note: {share['memory']} for a minimum of "

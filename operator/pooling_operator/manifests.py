@@ -156,12 +156,12 @@ def _unwrap(body: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, A
         if not is_list(current):
             yield item, current
             continue
-        items = current["items"]
+        items, prefix = current["items"], f"{item}." if item else ""
         if items is None:
             continue
         if not isinstance(items, list):
-            raise ManifestError(f"{where}{item + '.' if item else ''}items: not a list: a {current['kind']}'s items are resources")
-        stack.extend((f"{item + '.' if item else ''}items[{i}]", x) for i, x in reversed(list(enumerate(items))))
+            raise ManifestError(f"{where}{prefix}items: not a list: a {current['kind']}'s items are resources")
+        stack.extend((f"{prefix}items[{i}]", x) for i, x in reversed(list(enumerate(items))))
 
 
 def expand(paths: list[str]) -> list[Path]:

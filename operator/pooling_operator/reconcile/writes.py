@@ -192,6 +192,7 @@ async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], 
         "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
         "status": new,
     }
+    announced = conditions.announced(old.get("conditions"), new["conditions"])
     try:
         written = await ctx.kube.apply(patch, subresource="status")
     except ApiError as exc:
@@ -201,17 +202,14 @@ async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], 
         # says so, rather than no status at all and a retry every minute for ever.
         why = f"the API server refused this resource's status (HTTP {exc.status}): {_server_message(exc)[:500]}"
         generation = meta.get("generation")
-        new = {"observedGeneration": generation,
-               "conditions": conditions.merge(old.get("conditions"), [C.condition(C.READY, False, C.STATUS_REFUSED, why, generation)], now())}
+        refused = C.condition(C.READY, False, C.STATUS_REFUSED, why, generation)
+        patch["status"] = {"observedGeneration": generation, "conditions": conditions.merge(old.get("conditions"), [refused], now())}
+        announced = [("Warning", C.STATUS_REFUSED, why)]
         log.warning("%s %s/%s: %s", body["kind"], meta.get("namespace", ""), meta["name"], why)
-        written = await ctx.kube.apply({**patch, "status": new}, subresource="status")
-        ctx.cache.wrote(written)
-        WRITES.labels(body["kind"], "status").inc()
-        ctx.event(body, "Warning", C.STATUS_REFUSED, why)
-        return
+        written = await ctx.kube.apply(patch, subresource="status")
     ctx.cache.wrote(written)
     WRITES.labels(body["kind"], "status").inc()
-    for kind, reason, message in conditions.announced(old.get("conditions"), new["conditions"]):
+    for kind, reason, message in announced:
         ctx.event(body, kind, reason, message)
 
 
