@@ -339,9 +339,9 @@ def test_work_met_while_a_held_leases_renewal_is_late_is_done_once_it_lands() ->
         async with running(world, "first"):
             visits = reconciled()
             lease.leading = False  # the renewal is late: this replica must not act now
-            for i in range(5):
-                world.create(f"late-{i}")
-            await asyncio.sleep(0.05)
+            late = [owner_key(world.create(f"late-{i}")) for i in range(5)]
+            # the workers meet every key, and put it off instead of acting or dropping it
+            await asyncio.wait_for(_until(lambda: all(world.runtime.queue.is_delayed(k) for k in late)), 10)
             assert reconciled() == visits and world.kube.requests["patch Deployment"] == 1
             lease.leading = True  # the renewal lands
             with contextlib.suppress(TimeoutError):
