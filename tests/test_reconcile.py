@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.k8s.api import ApiError
+from pooling_operator.k8s.api import ApiError, classify
 from pooling_operator.k8s.cache import Cache, owner_key, project
 from pooling_operator.reconcile import Context, InvalidSpec, Reconciles
 from pooling_operator.status import conditions as C
@@ -32,8 +32,15 @@ class Recording:
         self.deleted: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
         self.rv = itertools.count(100)
+        self.held: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> an object already there (not ours)
+        self.creates: list[tuple[str, str]] = []  # the applies that asked to create
 
-    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None, create: bool = False) -> dict[str, Any]:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if create:
+            self.creates.append(key)
+            if key in self.held:  # as the API server answers an apply carrying NEVER_A_VERSION
+                raise classify(409, "Conflict", json.dumps({"message": "the object has been modified"}))
         if subresource == "status":
             self.statuses.append(copy.deepcopy(obj["status"]))
         else:
@@ -51,8 +58,8 @@ class Recording:
     async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
 
-    async def get(self, *args: Any) -> None:
-        return None
+    async def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.held.get((kind.kind, name))
 
     async def list(self, *args: Any, **kwargs: Any) -> list[Any]:
         return []
@@ -224,8 +231,8 @@ class GateOff(Recording):
     """kube-apiserver 1.35 with DRAConsumableCapacity off: it drops a claim request's capacity on write, with no
     error (what e2e/tests/operator/test_gpu_shares_dra.py sees on the real one)."""
 
-    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
-        out = await super().apply(obj, manager=manager, subresource=subresource)
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None, create: bool = False) -> dict[str, Any]:
+        out = await super().apply(obj, manager=manager, subresource=subresource, create=create)
         if out["kind"] == "ResourceClaimTemplate":
             for r in out["spec"]["spec"]["devices"]["requests"]:
                 r["exactly"].pop("capacity", None)

@@ -20,7 +20,7 @@ class RefusingKube:
         self.applied: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
 
-    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None, create: bool = False) -> dict[str, Any]:
         self.applied.append(copy.deepcopy(obj))
         if len(self.applied) == 1:
             raise ApiError(413, "Request Entity Too Large", '{"message": "etcdserver: request is too large"}')

@@ -24,6 +24,11 @@ from pooling_operator.api.kinds import KINDS, Kind, kind_of
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "vllm-pooling-operator"
+# A resourceVersion no object ever has (the largest the API server parses; etcd's revisions count up from 1). An
+# apply carrying it creates the object when the name is free (a create ignores the version, as a PUT that creates
+# does) and is answered 409 when any object holds the name, instead of taking that object over: one request, no
+# read first. Pinned on the API server by e2e/tests/operator/test_foreign_children.py.
+NEVER_A_VERSION = str(2**64 - 1)
 AUTOSCALER_FIELD_MANAGER = "vllm-pooling-operator-autoscaler"
 REQUEST_TIMEOUT_SECONDS = 30.0  # one request, connect to last byte; a watch has its own (below)
 WATCH_SERVER_SECONDS = 300  # the API server ends a watch after this (timeoutSeconds); it is then resumed
@@ -197,10 +202,14 @@ class Kube:
             item.setdefault("kind", kind.kind)
         return items
 
-    async def apply(self, obj: dict[str, Any], *, manager: str = FIELD_MANAGER, subresource: str | None = None) -> dict[str, Any]:
-        """Server-side apply, forced: the operator owns the fields it sets."""
+    async def apply(self, obj: dict[str, Any], *, manager: str = FIELD_MANAGER, subresource: str | None = None,
+                    create: bool = False) -> dict[str, Any]:
+        """Server-side apply, forced: the operator owns the fields it sets. With `create`, only where the name is
+        free: an object already there (anyone's) is answered 409 and left as it is (NEVER_A_VERSION)."""
         kind = kind_of(obj)
         meta = obj["metadata"]
+        if create:
+            obj = {**obj, "metadata": {**meta, "resourceVersion": NEVER_A_VERSION}}
         query = [("fieldManager", manager), ("force", "true")]
         path = kind.path(meta.get("namespace"), meta["name"], subresource)
         return await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")

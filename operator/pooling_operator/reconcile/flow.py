@@ -18,10 +18,10 @@ from pooling_operator.reconcile.built import Built
 from pooling_operator.reconcile.context import Context, InvalidSpec
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Memory
-from pooling_operator.reconcile.writes import ChildRefused, converge, write_status
+from pooling_operator.reconcile.writes import ChildRefused, ChildTaken, converge, write_status
 from pooling_operator.status import conditions as C
 from pooling_operator.status.caches import waiting_status
-from pooling_operator.status.services import invalid_status, kept_children
+from pooling_operator.status.services import invalid_status, kept_children, taken_status
 
 Children = dict[tuple[str, str], dict[str, Any]]
 
@@ -79,6 +79,15 @@ async def run(kind: Kind, ctx: Context, memory: Memory, policies: PolicySet, bod
     except ChildRefused as exc:
         await refuse(ctx, body, old_status, exc.problems, C.CHILD_REJECTED, observed)
         raise InvalidSpec(exc.problems) from exc
+    except ChildTaken as exc:
+        for child, name, who in exc.taken:  # one Warning per object and resource, not one per retry
+            if (meta["uid"], f"taken {child}/{name}") not in memory.warned:
+                memory.warned.add((meta["uid"], f"taken {child}/{name}"))
+                ctx.event(body, "Warning", C.CHILD_NAME_TAKEN, f"{child} {name} exists {who}: not changed, adopted or "
+                          f"deleted; nothing that would name it is created until the name is free.")
+        status = taken_status(meta.get("generation"), str(body["kind"]), exc.taken)
+        await write_status(ctx, body, old_status, status)
+        return status  # not settled: reconciled again after the recheck period, when the name may be free
     status, write = await kind.status(ctx, memory, body, desired, current, old_status)
     if not write:
         return status  # held back for a moment (the kind says why); the next reconcile writes it

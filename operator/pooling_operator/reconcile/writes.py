@@ -1,5 +1,6 @@
-"""The writes of a reconcile: children applied together (a RoleBinding and a Job last), what is no longer desired deleted, a
-child the API server refuses raised as ChildRefused, and status written only when it changed."""
+"""The writes of a reconcile: children applied in waves (what other children name first), what is no longer desired
+deleted, a child the API server refuses raised as ChildRefused, a name another object holds raised as ChildTaken
+(nothing written over it, nothing that names it written), and status written only when it changed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 import logging
 from typing import Any
 
-from pooling_operator.api.kinds import OPTIONAL_KINDS
+from pooling_operator.api.kinds import OPTIONAL_KINDS, kind_of
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply
+from pooling_operator.builders.ownership import held_by
 from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
 from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
 from pooling_operator.k8s.api import TransientError as TransientApiError
@@ -22,10 +24,18 @@ from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
 
-# Applied once the rest has been answered: a Job's pods need the ServiceAccount and Role it comes with, and the
-# API server answers a RoleBinding created beside its Role (the same wave) with 404 while it checks the binding
-# against a Role it cannot find yet.
-SECOND_WAVE = ("RoleBinding", "Job")
+# Children go out in waves, each once the one before was answered and every name it asked for was free: what other
+# children name comes first (the ServiceAccount, Role and ConfigMap a Job's pods and RoleBinding name, a ModelCache's
+# claim, the claim template a Deployment's pods name), the ScaledObject after the Deployment it scales and a Job
+# after the RoleBinding its pods need (the API server answers a RoleBinding created beside its Role with 404 while
+# it checks the binding against a Role it cannot find yet). A name another object holds stops the later waves:
+# nothing is written that would point at someone else's object.
+FIRST_WAVE = ("ServiceAccount", "Role", "ConfigMap", "PersistentVolumeClaim", "ResourceClaimTemplate")
+LAST_WAVE = ("Job", "ScaledObject")
+
+
+def wave_of(kind: str) -> int:
+    return 0 if kind in FIRST_WAVE else 2 if kind in LAST_WAVE else 1
 
 
 class ChildRefused(Exception):
@@ -35,6 +45,14 @@ class ChildRefused(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("; ".join(str(p) for p in problems))
         self.problems = problems
+
+
+class ChildTaken(Exception):
+    """Names the reconcile would create are held by objects it does not control: (kind, name, who holds it)."""
+
+    def __init__(self, taken: list[tuple[str, str, str]]) -> None:
+        super().__init__("; ".join(f"{k} {n} exists {who}" for k, n, who in taken))
+        self.taken = taken
 
 
 def _server_message(exc: ApiError) -> str:
@@ -51,9 +69,10 @@ async def converge(
     """Apply what differs (`desired` carries the applied-hash annotation), delete what is no longer desired;
     returns the children as they are now. Every write is remembered by the cache until the watch shows it.
 
-    The applies of one resource go out together (a Deployment does not wait for its Service), but a RoleBinding
-    and a Job go last (SECOND_WAVE). The first refusal is raised once every
-    apply has been answered: ChildRefused when the API server refused a child for what the spec says."""
+    The applies of one wave go out together (a Deployment does not wait for its Service; wave_of). The first
+    refusal is raised once every apply of its wave has been answered: ChildRefused when the API server refused a
+    child for what the spec says, ChildTaken when a name is held by an object the resource does not control (no
+    later wave is written, nothing is deleted)."""
     try:
         return await _converge(ctx, memory, body, desired, observed)
     except ApiError as exc:
@@ -73,9 +92,11 @@ async def _converge(
             and not (o["kind"] == "Job" and (o["kind"], o["metadata"]["name"]) in observed)]  # a Job's template is immutable
     done: dict[str, list[str]] = {"Created": [], "Updated": []}
     try:
-        for wave in ([o for o in todo if o["kind"] not in SECOND_WAVE], [o for o in todo if o["kind"] in SECOND_WAVE]):
+        for n in range(3):
+            wave = [o for o in todo if wave_of(o["kind"]) == n]
             results = await asyncio.gather(*(_apply_child(ctx, memory, body, o, observed) for o in wave), return_exceptions=True)
-            refused = [r for r in results if isinstance(r, BaseException)]
+            refused = [r for r in results if isinstance(r, BaseException) and not isinstance(r, ChildTaken)]
+            taken = [t for r in results if isinstance(r, ChildTaken) for t in r.taken]
             for obj, result in zip(wave, results, strict=True):
                 if isinstance(result, dict):
                     key = (obj["kind"], obj["metadata"]["name"])
@@ -83,6 +104,8 @@ async def _converge(
                     done["Updated" if key in observed else "Created"].append(f"{obj['kind']} {obj['metadata']['name']}")
             if refused:
                 raise refused[0]
+            if taken:
+                raise ChildTaken(taken)
     finally:
         for action, what in done.items():  # one event per action and reconcile, naming every child
             if what:
@@ -134,14 +157,22 @@ async def _apply_child(
     if have is not None and obj["kind"] == "Deployment":
         await _hand_over_replicas(ctx, obj, have)
     try:
-        result = await ctx.kube.apply(obj)
+        # a child the cache does not know as ours is created, never applied over what holds its name
+        result = await ctx.kube.apply(obj, create=have is None)
     except ApiError as exc:
         if exc.status == 404 and obj["kind"] in OPTIONAL_KINDS:
             if (uid, obj["kind"]) not in memory.warned:
                 memory.warned.add((uid, obj["kind"]))
                 ctx.event(body, "Warning", "CRDMissing", f"Cannot create {obj['kind']}: its CRD is not installed.")
             return None
-        raise
+        if exc.status != 409 or have is not None:
+            raise
+        found = await ctx.kube.get(kind_of(obj), obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        who = None if found is None else held_by(found, body)
+        if who is not None:
+            raise ChildTaken([(obj["kind"], obj["metadata"]["name"], who)]) from None
+        # gone meanwhile, ours though the cache had not seen it yet, or our predecessor's: applied as before
+        result = await ctx.kube.apply(obj)
     ctx.cache.wrote(result, parent=uid)
     # What the server made of our apply is what we want of it until it or our intent changes: a field it drops
     # (one behind a feature gate that is off) must not make every reconcile apply again.

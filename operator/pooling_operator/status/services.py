@@ -233,6 +233,24 @@ def invalid_status(
     }
 
 
+def taken_status(generation: int | None, kind: str, taken: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Status of a resource some of whose child names are held by objects it does not control (builders/ownership.py):
+    Ready=False naming each object and who holds it; the spec itself is valid. Nothing is written over those
+    objects or deleted, nothing that would name them is created, and the reconcile tries again by itself, so the
+    resource goes on once the names are free."""
+    held = "; ".join(f"{k} {n} exists {who}" for k, n, who in taken)
+    message = (f"{held}. The operator neither changes nor deletes an object it does not control, and creates "
+               f"nothing that would name it: delete or rename it, or give this {kind} another name; this resource "
+               f"goes on by itself once the name is free.")
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            condition(C.READY, False, C.CHILD_NAME_TAKEN, message, generation),
+            condition(C.SPEC_VALID, True, C.VALID, "The spec is valid.", generation),
+        ],
+    }
+
+
 def kept_children(observed: Mapping[tuple[str, str], dict[str, Any]]) -> str | None:
     """What a refused spec leaves running, as observed: a spec that passed before (an older operator's rules,
     or an earlier generation) and is refused now never takes its workload down; its children stay as last
