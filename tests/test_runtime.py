@@ -144,7 +144,7 @@ class FakeKube:
         self.uids: dict[tuple[str, str], str] = {}  # (kind, name) -> uid of the objects "stored"
         self.stores = stores  # where a status write finds the whole object it answers with
 
-    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None) -> dict[str, Any]:
+    async def apply(self, obj: dict[str, Any], *, manager: str = "", subresource: str | None = None, create: bool = False) -> dict[str, Any]:
         self.requests[f"patch {obj['kind']}{'/' + subresource if subresource else ''}"] += 1
         out = copy.deepcopy(obj)
         key = owner_key(obj)
@@ -451,6 +451,24 @@ def test_a_namespace_label_change_queues_its_resources_only() -> None:
             await drained(world)
 
     asyncio.run(main())
+
+
+def test_the_other_claimants_of_an_embedding_space_are_reconciled_again_when_one_changes_or_goes() -> None:
+    """A younger claimant refused for a label (settled until its spec changes) is let through once the older one
+    goes: nothing about the younger changed, so only this queueing brings it back (reconcile/spaces.py)."""
+
+    async def main() -> int:
+        world = World()
+        async with running(world, "unrelated"):
+            older = world.create("older", {"embeddingSpace": "docs-v1"})
+            world.create("younger", {"embeddingSpace": "docs-v1", "pooling": {"type": "CLS"}})
+            await drained(world)
+            world.delete(older)
+            queued = len(world.runtime.queue)
+            await drained(world)
+        return queued
+
+    assert asyncio.run(main()) == 1  # the younger, not the unrelated one
 
 
 def test_status_waits_a_moment_for_the_deployment_controller_to_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,6 +88,8 @@ OWNER_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "owner")
 CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
 # The kinds whose reconcile makes a Job that Kueue may admit (spec.queue): a Workload's Job is their child.
 QUEUED_KINDS = ("HiddenStateJob", "PoolingJob")
+# The kinds whose spec.embeddingSpace claims a label for one vector space in their namespace.
+SPACE_KINDS = ("PoolingService", "PoolingJob")
 # Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
 OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api.identity import COMPONENT_KINDS
-from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS
+from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS, SPACE_KINDS
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what a k8s/store.Store is, seen from here
@@ -195,6 +195,11 @@ class Cache:
 
     def pods_of(self, key: OwnerKey) -> list[dict[str, Any]]:
         return list((self.children.get("Pod") or {}).get(key) or ())
+
+    def claiming_space(self, namespace: str, label: str) -> list[dict[str, Any]]:
+        """The PoolingServices and PoolingJobs of `namespace` whose spec.embeddingSpace is `label`."""
+        return [body for key in self.owner_keys() if key[1] == namespace and key[0] in SPACE_KINDS
+                and (body := self.owner(key)) is not None and ((body.get("spec") or {}).get("embeddingSpace") == label)]  # fmt: skip
 
     def in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         """Every watched object of a child kind in a namespace (the autoscaler's budget)."""

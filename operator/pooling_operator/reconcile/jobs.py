@@ -15,7 +15,9 @@ from pooling_operator.reconcile.caches import cache_desired, mounted_cache
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
+from pooling_operator.reconcile.spaces import space_problems
 from pooling_operator.reconcile.state import Memory
+from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import job_status
 from pooling_operator.status.pooling_jobs import pooling_job_status
 from pooling_operator.status.queue import QueueObserved, suspended
@@ -46,6 +48,8 @@ class Jobs:
         b = built(memory, ctx.settings, ctx.operator_image, body, NO_POLICIES, None, mount)
         if b.problems or b.resource is None:
             return Desired(b, b.problems)
+        if claimed := space_problems(ctx, body):
+            return Desired(b, claimed, C.EMBEDDING_SPACE_CLAIMED)
         return cache_desired(b, cache, mount) or Desired(b)
 
     async def refused(self, ctx: Context, body: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from pooling_operator.reconcile.caches import cache_desired, mounted_cache
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
 from pooling_operator.reconcile.policyset import PolicySet
+from pooling_operator.reconcile.spaces import space_problems
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions as C
 from pooling_operator.status.services import (
@@ -75,6 +76,8 @@ class Services:
             space = _embedding_space_problems(b.resource, body.get("status") or {})
             if space:
                 return Desired(b, space, C.EMBEDDING_SPACE_CHANGED)
+            if claimed := space_problems(ctx, body):
+                return Desired(b, claimed, C.EMBEDDING_SPACE_CLAIMED)
         if b.policy_problems:
             return Desired(b, b.policy_problems, b.policy_reason)
         return Desired(b)

@@ -148,11 +148,18 @@ class Runtime:
             for dependent in self.ctx.cache.using_cache(key[1], key[2]):  # they wait for it, or mount what it holds
                 self._settled.discard(dependent)
                 self._add(dependent)
+        if label := (body.get("spec") or {}).get("embeddingSpace"):
+            for other in self.ctx.cache.claiming_space(key[1], str(label)):  # one may be refused for claiming it
+                if (peer := owner_key(other)) != key:
+                    self._settled.discard(peer)
+                    self._add(peer)
 
     def on_child(self, body: dict[str, Any], deleted: bool) -> None:
         """A child (or a pod of one) was listed, changed or went away: its owner is reconciled."""
         self.ctx.cache.observed(body, deleted=deleted)
         key = owning_key(body)
+        if deleted and body.get("kind") != "Pod" and key is not None:
+            log.info("%s %s/%s of %s %s went away", body.get("kind"), key[1], body["metadata"].get("name"), key[0], key[2])
         if key is not None and key[0] in OWNER_KINDS:
             self._settled.discard(key)
             self._add(key)
