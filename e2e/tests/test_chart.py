@@ -110,6 +110,46 @@ def test_rbac_has_no_wildcards_and_namespaced_mode_writes_nothing_cluster_wide(h
     assert {"--namespace=search", "--namespace=research"} <= set(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+# What the operator does with each role of api/kinds.py's table (the one list of kinds): a kind added there without
+# the chart's permission fails here, not in a cluster.
+ROLE_VERBS = {
+    "owner": {"get", "list", "watch"},
+    "policy": {"get", "list", "watch"},
+    "child": {"get", "list", "watch", "create", "patch", "update", "delete"},
+    "pod": {"get", "list", "watch"},
+    "queue": {"get", "list", "watch"},
+    "namespace": {"get", "list", "watch"},
+    "read": {"get"},  # a Secret a policy names, in the operator's own namespace
+}
+STATUS_ROLES = ("owner", "policy")  # their status subresource is written: get, patch, update
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={team-a}",)], ids=["cluster-wide", "namespaced"])
+def test_rbac_grants_what_every_kind_of_the_kinds_table_needs(helm: Path, sets: tuple[str, ...]) -> None:
+    from pooling_operator.api.kinds import KINDS
+
+    docs = template(helm, *sets)
+    granted: dict[tuple[str, str], set[str]] = {}
+    for d in docs:
+        if d.get("kind") in ("ClusterRole", "Role"):
+            for rule in d.get("rules") or []:
+                for group in rule.get("apiGroups") or []:
+                    for resource in rule.get("resources") or []:
+                        granted.setdefault((group, resource), set()).update(rule.get("verbs") or [])
+    missing = []
+    for kind in KINDS.values():
+        group = kind.api_version.rsplit("/", 1)[0] if "/" in kind.api_version else ""
+        wants = {kind.plural: ROLE_VERBS.get(kind.role or "", set())}
+        if kind.role in STATUS_ROLES:
+            wants[f"{kind.plural}/status"] = {"get", "patch", "update"}
+        if kind.kind == "Event":
+            wants[kind.plural] = {"create"}
+        for resource, verbs in wants.items():
+            if lacking := verbs - granted.get((group, resource), set()):
+                missing.append(f"{kind.kind}: {group or 'core'}/{resource} {sorted(lacking)}")
+    assert not missing, "the chart's RBAC lacks: " + "; ".join(missing)
+
+
 def test_deploy_rbac_is_rendered_from_the_chart(helm: Path) -> None:
     want = rbac_manifest(template(helm))
     path = REPO / "deploy" / "rbac.yaml"
