@@ -96,9 +96,14 @@ lint: venv ## ruff and the import-linter layer contract
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds
-crds: venv ## Regenerate crds/ from the pydantic models, and the chart's copy of them
+crds: venv ## Regenerate crds/ from the pydantic models, the chart's copy of them and docs/api.md
 	$(CLI) crds --output-dir crds
 	cp crds/*.yaml charts/vllm-pooling-operator/files/crds/
+	$(PY) -m pooling_operator.api.reference --output docs/api.md
+
+.PHONY: api-docs
+api-docs: venv ## Regenerate docs/api.md (every kind and field) from the models
+	$(PY) -m pooling_operator.api.reference --output docs/api.md
 
 .PHONY: crds-check
 crds-check: venv ## Fail when crds/ differs from what the models generate
