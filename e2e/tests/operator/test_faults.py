@@ -172,7 +172,7 @@ def reconciled(cp: ControlPlane, ns: str, name: str) -> bool:
 
 
 def _dump_logs(faulty: Faulty) -> str:
-    return f"--- operator ---\n{faulty.op.tail(60)}\n{faulty.cp.log_tails(20, ['kube-apiserver'])}"
+    return f"--- operator ---\n{faulty.op.tail(200)}\n{faulty.cp.log_tails(40, ['kube-apiserver'])}"
 
 
 def test_kube_apiserver_restart_mid_reconcile(faulty: Faulty, faulty_ns: str) -> None:

@@ -117,6 +117,8 @@ class Informer:
             try:
                 if not rv:
                     rv = await self.relist()
+                    if self.lists > 1:  # after a re-list: said once, so a watch that then hears nothing shows
+                        log.info("Watching %s again from resourceVersion %s", self.name, rv)
                 rv = await self._watch(rv)
             except Expired:
                 rv = ""
