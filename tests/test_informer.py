@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pooling_operator.api.kinds import KINDS
-from pooling_operator.k8s.api import ApiError, TransientError
+from pooling_operator.k8s.api import ApiError, TransientError, classify
 from pooling_operator.k8s.informer import Event, Informer, relist_events
 from pooling_operator.k8s.store import Store
 
@@ -303,3 +303,32 @@ def test_a_receiver_that_fails_and_an_unreadable_answer_do_not_stop_the_watch() 
     asyncio.run(until_idle(script, informer))
     assert seen == ["a", "b", "c"]  # the unreadable answer: listed again, nothing changed, nothing handed over twice
     assert [dict(q)["resourceVersion"] for r, q in script.requests if r.startswith("watch")] == ["10", "12", "20", "21"]
+
+
+def test_a_429_is_retried_after_its_retry_after_and_never_with_a_growing_pause() -> None:
+    """A restarted API server answers every watch 429 (Retry-After: 1) while its watch cache fills, for seconds
+    under load (KEP-4568). Eight such answers in a row are each followed after about a second; the backoff of
+    broken connections (0.5 s growing to 30 s) would have waited 16 s before the eighth try, and a child deleted
+    meanwhile went unseen that long (test_faults' API-server restart, 2 of 3 fresh runs)."""
+    script, events = Script(), []
+    pauses: list[float] = []
+    script.lists = [listing(rv=10)]
+    script.watches = [*(TransientError(429, "Too Many Requests", "storage is (re)initializing", retry_after=1.0) for _ in range(8)),
+                      [{"type": "DELETED", "object": obj("a", "1", 12)}], TransientError(0, "ClientConnectorError")]
+    informer = informer_of(script, events)
+
+    async def pause(s: float) -> None:
+        pauses.append(s)
+
+    informer.pause = pause
+    asyncio.run(until_idle(script, informer))
+    assert len(pauses) == 9 and all(1.0 <= p <= 1.2 for p in pauses[:8]), pauses
+    assert pauses[8] < 1  # a broken connection after them starts the backoff from its first step
+    assert [dict(q)["resourceVersion"] for r, q in script.requests if r.startswith("watch")] == ["10"] * 9 + ["12", "12"]
+    assert informer.lists == 1
+
+
+def test_an_answers_retry_after_header_is_read_in_seconds() -> None:
+    assert classify(429, "Too Many Requests", "", {"Retry-After": "2"}).retry_after == 2.0
+    assert classify(429, "Too Many Requests", "").retry_after is None
+    assert classify(503, "Unavailable", "", {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}).retry_after is None

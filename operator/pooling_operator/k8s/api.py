@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,11 +54,12 @@ def verb_and_resource(method: str, path: str) -> tuple[str, str]:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, body: str = "") -> None:
+    def __init__(self, status: int, reason: str, body: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {body[:500]}")
         self.status = status
         self.reason = reason
         self.body = body
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header (a 429 carries one)
 
 
 class TransientError(ApiError):
@@ -69,13 +70,21 @@ UNTYPEABLE_PATCH = "failed to create typed patch object"
 EVENT_RETRY_SECONDS = (1.0, 2.0, 4.0)  # an event is retried this often on a transient answer, then dropped
 
 
-def classify(status: int, reason: str, body: str) -> ApiError:
+def classify(status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> ApiError:
     """The one place an answer becomes an error: transient (retry) or not. A server-side apply whose object
     does not fit the kind's schema (a key no schema declares, in a free-form field the user wrote) is answered
     with 500 'failed to create typed patch object': a refusal of that object, not a server fault."""
     refused = status == 500 and UNTYPEABLE_PATCH in body
     cls = TransientError if (status in (0, 409, 429) or status >= 500) and not refused else ApiError
-    return cls(status, reason, body)
+    return cls(status, reason, body, retry_after=retry_after((headers or {}).get("Retry-After")))
+
+
+def retry_after(header: str | None) -> float | None:
+    """A Retry-After header in seconds (the API server sends whole seconds; an HTTP date is not read)."""
+    try:
+        return max(0.0, float(header)) if header else None
+    except ValueError:
+        return None
 
 
 async def load_configuration() -> client.Configuration:
@@ -123,13 +132,13 @@ class Kube:
             )
             async with response:
                 data = await response.read()
-                status, reason = response.status, response.reason or ""
+                status, reason, headers = response.status, response.reason or "", response.headers
         except client.ApiException as exc:  # raised before the request left (bad parameters)
             raise classify(exc.status or 0, exc.reason or "", str(exc.body or "")) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransientError(0, type(exc).__name__, str(exc)) from exc
         if not 200 <= status < 300:
-            raise classify(status, reason, data.decode(errors="replace"))
+            raise classify(status, reason, data.decode(errors="replace"), headers)
         return json.loads(data) if data else None
 
     async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "application/json") -> AsyncIterator[dict[str, Any]]:
@@ -146,7 +155,8 @@ class Kube:
             )
             async with response:
                 if response.status != 200:
-                    raise classify(response.status, response.reason or "", (await response.read()).decode(errors="replace"))
+                    raise classify(response.status, response.reason or "", (await response.read()).decode(errors="replace"),
+                                   response.headers)
                 pending = b""
                 # chunks, not readline: one object may be longer than any line limit aiohttp sets
                 async for chunk in response.content.iter_any():

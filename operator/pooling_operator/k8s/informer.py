@@ -5,7 +5,8 @@ list's resourceVersion and hands over each change. It remembers what it handed o
 object), so that a re-list can be compared with it:
 
 - a watch the API server ends (its timeout) is resumed from the last resourceVersion seen (bookmarks on);
-- a broken connection is retried with backoff from the same version;
+- a broken connection is retried with backoff from the same version; a 429 (a restarted API server's watch
+  cache still filling, or throttling) is retried after its Retry-After, never with a growing pause;
 - a watch that comes back 410 Gone (etcd compacted that version; a restarted API server's watch cache no
   longer holds it) lists the kind again, and hands over only what differs from what it remembers: objects
   new or changed since, and objects it remembers that the list lacks, as deleted (`vanished`): no event will
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 PAGE = 500  # objects per list page: the memory of one answer, not of the kind
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+RETRY_AFTER_MAX_SECONDS = 5.0  # a 429's Retry-After is followed up to this
 
 RELISTS = Counter("vllm_pooling_operator_relist_sweeps", "Re-lists of a kind after its watch came back 410 Gone "
                   "(or broke in a way a resumed watch cannot mend), compared with what the operator knew.", ["kind"])
@@ -229,6 +231,15 @@ class Informer:
             log.exception("Handling %s %s of %s failed", event.type, _named(event.body), self.name)
 
     async def _backoff(self, exc: Exception) -> None:
+        if isinstance(exc, ApiError) and exc.status == 429:
+            # The API server is there and says when to come back: a restarted one answers every watch 429 while
+            # its watch cache fills (KEP-4568), for seconds under load. Growing the pause on each would leave a
+            # kind unwatched up to BACKOFF_SECONDS[-1] after the cache is ready, and a change in that time
+            # unseen; so wait as asked (bounded), without counting it as a failure.
+            delay = min(exc.retry_after or 1.0, RETRY_AFTER_MAX_SECONDS) * random.uniform(1.0, 1.2)
+            log.info("Watch of %s: the API server asks to retry (%s); resuming in %.1fs", self.name, exc.reason or exc.status, delay)
+            await self.pause(delay)
+            return
         delay = BACKOFF_SECONDS[min(self._failures, len(BACKOFF_SECONDS) - 1)] * random.uniform(0.8, 1.2)
         self._failures += 1
         log.log(logging.WARNING if self._failures > 2 else logging.INFO, "Watch of %s interrupted (%s); resuming in %.1fs",
