@@ -85,9 +85,10 @@ def test_python_says_what_the_api_server_says(message: str) -> None:
 def test_embedding_space_rule_in_python() -> None:
     from pooling_operator.reconcile.services import _embedding_space_problems
     from pooling_operator.vllm.embedding_space import embedding_fingerprint
+    from pooling_operator.vllm.workload import workload
 
     before = validate(pooling({"embeddingSpace": "v1"})).resource
     after = validate(pooling({"embeddingSpace": "v1", "pooling": {"type": "CLS"}})).resource
-    stored = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(before)}}  # type: ignore[arg-type]
-    [problem] = _embedding_space_problems(after, stored)  # type: ignore[arg-type]
+    stored = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(workload(before))}}  # type: ignore[arg-type]
+    [problem] = _embedding_space_problems(after, None, stored)  # type: ignore[arg-type]
     assert problem.message == M.EMBEDDING_SPACE and problem.path == "spec.embeddingSpace"

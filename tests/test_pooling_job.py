@@ -18,6 +18,7 @@ from pooling_operator.status.pooling_jobs import pooling_job_status
 from pooling_operator.status.queue import QueueObserved
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling, pooling_job
 
@@ -129,8 +130,8 @@ def test_the_driver_gets_the_task_batch_dtype_budget_and_the_embedding_space() -
     info = json.loads(flag(args, "--run-info"))
     same = {"model": {"revision": "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"}, "pooling": {"type": "MEAN", "normalize": True}}
     service = validate(pooling(same)).resource
-    assert info["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(service)}  # type: ignore[arg-type]
-    assert info["embeddingSpace"]["fingerprint"] == embedding_fingerprint(resource)
+    assert info["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(workload(service))}  # type: ignore[arg-type]
+    assert info["embeddingSpace"]["fingerprint"] == embedding_fingerprint(workload(resource))
     assert info["command"][:2] == ["vllm", "serve"] and info["task"] == "embed"
 
 
@@ -180,7 +181,7 @@ def test_status_after_the_preflight_shows_the_corpus_before_any_vector() -> None
     assert status["dataset"] == {"lines": 100, "checkedShards": 2}
     assert status["samples"] == {"done": 0, "failed": 2}
     assert status["vectors"] == {"dtype": "float32"} and "storage" not in status
-    assert status["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(parsed())}
+    assert status["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(workload(parsed()))}
 
 
 def test_status_projects_the_output_from_what_was_written() -> None:

@@ -17,6 +17,7 @@ from pooling_operator.k8s.cache import Cache, owner_key, project
 from pooling_operator.reconcile import Context, InvalidSpec, Reconciles
 from pooling_operator.status import conditions as C
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
 from tests.factories import policy, pooling
 
@@ -125,7 +126,7 @@ def test_a_child_the_api_server_refuses() -> None:
 def test_the_embedding_space_changed_without_a_new_label() -> None:
     before = validate(pooling({"embeddingSpace": "v1"})).resource
     body = pooling({"embeddingSpace": "v1", "pooling": {"type": "CLS"}})
-    body["status"] = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(before)}}  # type: ignore[arg-type]
+    body["status"] = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(workload(before))}}  # type: ignore[arg-type]
     status, kube = refused(body)
     assert_refused(status, kube, C.EMBEDDING_SPACE_CHANGED, "spec.embeddingSpace")
     assert status["embeddingSpace"] == body["status"]["embeddingSpace"]  # still protecting the index

@@ -14,6 +14,7 @@ from pooling_operator.status import conditions
 from pooling_operator.status.services import invalid_status, service_status
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
 from tests.factories import generative, pooling
 
@@ -68,7 +69,7 @@ def test_status_fields() -> None:
     assert "/pooling" in status["unprotectedRoutes"] and "/v1/embeddings" not in status["unprotectedRoutes"]
     assert status["selector"] == "app.kubernetes.io/instance=demo,app.kubernetes.io/component=pooling-service"
     assert status["effective"]["task"] == "embed" and status["effective"]["poolingType"] == "model default"
-    assert status["embeddingSpace"] == {"fingerprint": embedding_fingerprint(r), "label": "v1"}
+    assert status["embeddingSpace"] == {"fingerprint": embedding_fingerprint(workload(r)), "label": "v1"}
     g = service_status(parsed(generative()), c, [], deployment(1, 1), [])
     assert g["routes"][0] == "/generative_scoring"
     assert g["contract"] == {"mode": "generative", "route": "/generative_scoring", "labelTokenIds": [9454, 2753],
@@ -76,10 +77,10 @@ def test_status_fields() -> None:
 
 
 def test_fingerprint_follows_the_vector_space_only() -> None:
-    base = embedding_fingerprint(parsed(pooling()))
-    assert embedding_fingerprint(parsed(pooling({"replicas": 5, "engine": {"maxNumSeqs": 8}}))) == base
-    assert embedding_fingerprint(parsed(pooling({"pooling": {"normalize": False}}))) != base
-    assert embedding_fingerprint(parsed(pooling({"model": {"revision": "other"}}))) != base
+    base = embedding_fingerprint(workload(parsed(pooling())))
+    assert embedding_fingerprint(workload(parsed(pooling({"replicas": 5, "engine": {"maxNumSeqs": 8}})))) == base
+    assert embedding_fingerprint(workload(parsed(pooling({"pooling": {"normalize": False}})))) != base
+    assert embedding_fingerprint(workload(parsed(pooling({"model": {"revision": "other"}})))) != base
 
 
 def test_transition_time_moves_only_on_a_flip() -> None:

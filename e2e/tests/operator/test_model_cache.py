@@ -4,15 +4,23 @@ without a pod, the refusal at admission, and what its deletion takes with it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from e2e.controlplane import ControlPlane
+from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.standin.hub import Hub
-from e2e.tests.operator.test_services import apply, cond, get, path, svc
+from e2e.tests.operator.test_hidden_states import claims
+from e2e.tests.operator.test_services import API, apply, cond, get, path, svc
+from pooling_operator.api import ModelCache
 from pooling_operator.api import cache_fill_contract as F
-from tests.factories import MINILM_SHA, model_cache
+from pooling_operator.builders.caches import claim_name, snapshot_path
+from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.validate import parse, validate
+from pooling_operator.vllm.workload import workload
+from tests.factories import MINILM_SHA, hidden_states, model_cache, pooling, pooling_job
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -83,3 +91,66 @@ def test_a_cache_whose_size_is_no_quantity_is_refused_by_the_operator(cluster: C
 
     obj = wait_for(refused, timeout=30, what="SpecValid=False")
     assert "spec.storage.size" in cond(obj, "SpecValid")["message"] and not jobs(cluster, namespace)
+
+
+def filled(cluster: ControlPlane, namespace: str, body: dict[str, Any]) -> None:
+    """Write a ModelCache's status as its fill pod's result would leave it (kwok runs no fill pod; the real fill is
+    real_vllm/test_model_cache_real.py), until the operator's own status says Ready at that commit."""
+    resource = parse(body).resource
+    assert isinstance(resource, ModelCache) and resource.spec.model.revision
+    commit, name = resource.spec.model.revision, body["metadata"]["name"]
+    status = {"claimName": claim_name(resource), "revision": commit, "path": snapshot_path(resource, commit), "bytes": 1, "files": 1}
+
+    def ready_at_commit() -> bool:
+        obj = get(cluster, path(namespace, "modelcaches", name))
+        if cond(obj, "Ready").get("status") == "True" and obj["status"].get("revision") == commit:
+            return True
+        cluster.kubectl("patch", "modelcache", name, "-n", namespace, "--subresource=status", "--type=merge",
+                        "-p", json.dumps({"status": status}))
+        return False
+
+    wait_for(ready_at_commit, timeout=30, what=f"ModelCache {name} Ready at {commit}")
+
+
+def test_what_is_served_from_a_cache_without_a_pin_records_the_caches_commit(
+    cluster: ControlPlane, operator: OperatorProcess, namespace: str, hub: Hub
+) -> None:
+    """Issue 50: a service and jobs naming model.source.cache and no model.revision are served at the cache's commit;
+    status.effective, status.embeddingSpace (the same fingerprint as a service pinned to that commit publishes) and
+    each job's run record say it, not null."""
+    qwen_sha = "0123456789abcdef0123456789abcdef01234567"
+    caches = [model_cache({"storage": {"size": "2Gi"}}, namespace=namespace),
+              model_cache({"model": {"name": "Qwen/Qwen3-8B", "revision": qwen_sha}, "storage": {"size": "2Gi"}}, name="qwen", namespace=namespace)]
+    for c in caches:
+        apply(cluster, c)
+        filled(cluster, namespace, c)
+    claims(cluster, namespace)
+    from_cache = {"revision": None, "source": {"cache": {"name": "minilm"}}}
+    apply(cluster, svc(namespace, name="emb", spec={"model": {"name": MINILM, **from_cache}, "pooling": {"type": "MEAN", "normalize": True}}))
+    gpu = {"gpu": {"count": 1, "product": GPU_PRODUCT}}
+    apply(cluster, pooling_job({"model": from_cache, "embeddingSpace": None, "resources": gpu,
+                                "dataset": {"volume": {"claimName": "datasets", "path": "/corpus.jsonl"}},
+                                "output": {"volume": {"claimName": "hidden-states", "path": "/runs/v1"}}}, name="corpus", namespace=namespace))
+    apply(cluster, hidden_states({"model": {"revision": None, "source": {"cache": {"name": "qwen"}}}, "resources": gpu, "shards": 1},
+                                 name="states", namespace=namespace))
+    pinned = validate(pooling({"model": {"name": MINILM, "revision": MINILM_SHA}, "pooling": {"type": "MEAN", "normalize": True}})).resource
+    assert pinned is not None
+    fingerprint = embedding_fingerprint(workload(pinned))
+
+    def published(plural: str, name: str) -> dict[str, Any] | None:
+        obj = get(cluster, path(namespace, plural, name)) if plural != "poolingjobs" else get(cluster, f"{API}/namespaces/{namespace}/poolingjobs/{name}")
+        return obj if ((obj or {}).get("status") or {}).get("embeddingSpace") else None
+
+    service = wait_for(lambda: published("poolingservices", "emb"), timeout=60, what="the service's status")
+    args = service["status"]["effective"]["args"]
+    assert args[args.index("--revision") + 1] == MINILM_SHA
+    assert service["status"]["embeddingSpace"]["fingerprint"] == fingerprint
+    job = wait_for(lambda: published("poolingjobs", "corpus"), timeout=60, what="the PoolingJob's status")
+    assert job["status"]["embeddingSpace"]["fingerprint"] == fingerprint
+    for name, commit in (("corpus", MINILM_SHA), ("states", qwen_sha)):
+        batch = wait_for(lambda name=name: get(cluster, f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"), timeout=60, what=f"Job {name}")
+        driver = next(c for c in batch["spec"]["template"]["spec"]["containers"] if "--run-info" in c.get("args", []))
+        info = json.loads(driver["args"][driver["args"].index("--run-info") + 1])
+        assert info["revision"] == commit, info
+        if name == "corpus":
+            assert info["embeddingSpace"]["fingerprint"] == fingerprint

@@ -15,6 +15,7 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_hidden_states import claims, cond, get
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling_job
 
@@ -62,7 +63,7 @@ def test_pooling_job_runs_to_success(cluster: ControlPlane, operator: OperatorPr
     assert status["dataset"] == {"lines": 33, "checkedShards": 2}
     assert status["vectors"] == {"dtype": "float32", "dimension": 384}
     resource = validate(doc).resource
-    assert status["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(resource)}  # type: ignore[arg-type]
+    assert status["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": embedding_fingerprint(workload(resource))}  # type: ignore[arg-type]
     assert status["output"]["manifests"] == ["shard-0/manifest.jsonl", "shard-1/manifest.jsonl"]
 
     table = cluster.kubectl("get", "poolingjobs", "-n", namespace, "-o", "wide").stdout.splitlines()

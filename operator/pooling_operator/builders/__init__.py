@@ -7,12 +7,11 @@ resolves them again or reads them back out of the objects.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
-from pooling_operator.builders.common import BuildContext, CacheMount
+from pooling_operator.builders.common import BuildContext, CacheMount, served
 from pooling_operator.builders.jobs import build_job
 from pooling_operator.builders.pooling_jobs import build_pooling_job
 from pooling_operator.builders.services import build_service
@@ -38,11 +37,7 @@ class Plan:
 
 def plan(resource: Buildable, c: Contract, ctx: BuildContext, w: Workload | None = None) -> Plan:
     """The resource's workload view (`w` when the caller has it), its vLLM command line and every child."""
-    w = w or workload(resource)
-    source = w.model.source
-    if source is not None and source.cache is not None and ctx.model_cache is not None:
-        # What the cache holds is what is served: its commit (the snapshot's folder) is the revision.
-        w = dataclasses.replace(w, model=w.model.model_copy(update={"revision": ctx.model_cache.revision}))
+    w = served(w or workload(resource), ctx.model_cache)
     if isinstance(resource, HiddenStateJob):
         argv = vllm_command(resource, c, port=DEFAULT_PORT, w=w)
         return Plan(resource, c, w, argv, build_job(resource, c, ctx, w, argv))

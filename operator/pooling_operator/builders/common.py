@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,6 +32,18 @@ class CacheMount:
 
     claim_name: str
     revision: str
+
+
+def served(w: Workload, cache: CacheMount | None) -> Workload:
+    """The workload as it is served: a model read from a Ready ModelCache is served at the commit the cache holds
+    (its snapshot's folder, passed as --revision), whether or not spec.model.revision pins it. The one place the
+    revision is resolved: vLLM's argv, status.effective and status.embeddingSpace, every run record and the
+    embedding-space fingerprint read w.model.revision of this workload, so two workloads served the same files
+    carry the same fingerprint."""
+    source = w.model.source
+    if source is None or source.cache is None or cache is None:
+        return w
+    return dataclasses.replace(w, model=w.model.model_copy(update={"revision": cache.revision}))
 
 
 @dataclass(frozen=True)

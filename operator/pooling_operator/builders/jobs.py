@@ -54,8 +54,7 @@ def dtype_bytes(dtype: str | None) -> str:
 def run_info(resource: HiddenStateJob, w: Workload, argv: list[str]) -> str:
     """What the driver records beside the manifest (hidden_states/record.py): the model, its revision, the
     image and vLLM's full command line (Kubernetes expands $(JOB_COMPLETION_INDEX) in it, as in vLLM's)."""
-    spec = resource.spec
-    doc = {"model": spec.model.name, "revision": spec.model.revision, "image": w.engine.image, "command": argv}
+    doc = {"model": w.model.name, "revision": w.model.revision, "image": w.engine.image, "command": argv}
     return json.dumps(doc, separators=(",", ":"))
 
 

@@ -36,8 +36,8 @@ def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
     publishes)."""
     spec = resource.spec
     doc = {
-        "model": spec.model.name, "revision": spec.model.revision, "image": w.engine.image, "command": argv,
-        "task": spec.task, "embeddingSpace": {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(resource)},
+        "model": w.model.name, "revision": w.model.revision, "image": w.engine.image, "command": argv,
+        "task": spec.task, "embeddingSpace": {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(w)},
     }  # fmt: skip
     return json.dumps(doc, separators=(",", ":"))
 

@@ -71,7 +71,8 @@ class Jobs:
                         if (e.get("involvedObject") or {}).get("uid") == job["metadata"].get("uid")]
         queue = await queue_observed(ctx, resource, job) if resource.spec.queue is not None else None
         if isinstance(resource, PoolingJob):
-            return pooling_job_status(resource, job, configmap, pods, refusals, queue), True
+            plan = desired.built.plan
+            return pooling_job_status(resource, job, configmap, pods, refusals, queue, plan.workload if plan else None), True
         return job_status(resource, job, configmap, pods, refusals, queue), True
 
     async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],

@@ -11,6 +11,7 @@ from pooling_operator.api.pooling_job_contract import CHECKED, PROGRESS_LINES, v
 from pooling_operator.status.jobs import common_job_status, storage_status
 from pooling_operator.status.queue import QueueObserved
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.workload import Workload, workload
 
 
 def _int(p: dict[str, Any], key: str) -> int:
@@ -34,7 +35,7 @@ def vector_estimate(progress: dict[int, dict[str, Any]], shards: int) -> tuple[i
 def pooling_job_status(
     resource: PoolingJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
-    queue: QueueObserved | None = None,
+    queue: QueueObserved | None = None, w: Workload | None = None,
 ) -> dict[str, Any]:
     status, progress = common_job_status(resource, job, configmap, pods, refusals, queue)
     spec = resource.spec
@@ -47,7 +48,7 @@ def pooling_job_status(
     if dims:
         vectors["dimension"] = max(dims)
     status["vectors"] = vectors
-    space: dict[str, Any] = {"fingerprint": embedding_fingerprint(resource)}
+    space: dict[str, Any] = {"fingerprint": embedding_fingerprint(w or workload(resource))}  # w: as served (plan)
     if spec.embedding_space:
         space["label"] = spec.embedding_space
     status["embeddingSpace"] = space

@@ -208,7 +208,7 @@ def service_status(
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)
     if isinstance(resource, PoolingService):
-        status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(resource)}
+        status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(w)}
         if spec.embedding_space:
             status["embeddingSpace"]["label"] = spec.embedding_space
     else:

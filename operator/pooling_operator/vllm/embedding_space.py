@@ -13,15 +13,16 @@ import json
 
 from pooling_operator.api import PoolingJob, PoolingService
 from pooling_operator.api.problems import Problem
+from pooling_operator.vllm.workload import Workload, workload
 
 
-def embedding_fingerprint(resource: PoolingService | PoolingJob) -> str:
-    """sha256 of model name and revision, pooling type, normalize and dimensions."""
-    spec = resource.spec
-    pooling = spec.pooling
+def embedding_fingerprint(w: Workload) -> str:
+    """sha256 of model name and revision, pooling type, normalize and dimensions, of the workload as it is served
+    (builders.common.served: a ModelCache's commit is the revision of a model read from it)."""
+    pooling = w.pooling
     essence = {
-        "model": spec.model.name,
-        "revision": spec.model.revision,
+        "model": w.model.name,
+        "revision": w.model.revision,
         "type": pooling.type if pooling else None,
         "normalize": pooling.normalize if pooling else None,
         "dimensions": pooling.dimensions if pooling else None,
@@ -47,7 +48,7 @@ def space_clashes(resources: list[object]) -> dict[int, Problem]:
         if not isinstance(r, PoolingService | PoolingJob) or not r.spec.embedding_space:
             continue
         key = (r.metadata.namespace or "default", r.spec.embedding_space)
-        mine = embedding_fingerprint(r)
+        mine = embedding_fingerprint(workload(r))  # as the spec says: a file's resources are judged offline
         if key not in first:
             first[key] = (f"{r.kind}/{r.metadata.name}", mine, _essence(r))
             continue

@@ -48,7 +48,8 @@ def branch_revision_problems(revision: str, then: str) -> Iterator[Problem]:
 
 def embedding_space_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
     """A PoolingService that labels its embedding space and reads a ModelCache must pin the commit: otherwise a
-    refill of the cache changes the vectors under the same label (the fingerprint reads spec.model.revision)."""
+    refill of the cache changes the vectors under the same label (the fingerprint reads the served commit, which
+    the spec would then not state)."""
     source = w.model.source
     if getattr(getattr(resource, "spec", None), "embedding_space", None) and source is not None \
             and source.cache is not None and not w.model.revision:
