@@ -18,8 +18,8 @@ from pooling_operator.status.pooling_jobs import pooling_job_status
 from pooling_operator.status.queue import QueueObserved
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import workload
 from tests.factories import pooling, pooling_job
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}

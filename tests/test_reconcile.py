@@ -17,8 +17,8 @@ from pooling_operator.k8s.cache import Cache, owner_key, project
 from pooling_operator.reconcile import Context, InvalidSpec, Reconciles
 from pooling_operator.status import conditions as C
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import workload
 from tests.factories import policy, pooling
 
 

@@ -14,8 +14,8 @@ from pooling_operator.status import conditions
 from pooling_operator.status.services import invalid_status, service_status
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import workload
 from tests.factories import generative, pooling
 
 

@@ -15,8 +15,8 @@ from e2e.harness.poll import wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_hidden_states import claims, cond, get
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import workload
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import workload
 from tests.factories import pooling_job
 
 API = "/apis/vllm-pooling.io/v1alpha1"
