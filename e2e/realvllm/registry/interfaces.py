@@ -1,10 +1,13 @@
-"""vLLM's ``interfaces_base`` rules on the class model: whether a class is a vLLM model, and the vLLM
-helpers the interpreter computes from the class model instead of running them."""
+"""vLLM's ``interfaces_base`` and ``interfaces`` rules on the class model: whether a class is a vLLM model, whether
+it implements the interfaces vLLM gates flags on (``SupportsLoRA``: --enable-lora, ``SupportsPP``:
+--pipeline-parallel-size above 1), and the vLLM helpers the interpreter computes from the class model instead of
+running them."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import Any
 
 from .classes import Cls, member
 from .values import AnyOf, ClassV, Const, ExternalV, Inst, Unknown, V
@@ -46,3 +49,28 @@ def static_is_vllm_model(mro: list[Cls | ExternalV]) -> bool:
     if isinstance(fwd[1], ast.FunctionDef):
         return _supports_kw(fwd[1], "input_ids") and _supports_kw(fwd[1], "positions")
     return True
+
+
+ClassAttr = Callable[[list[Cls | ExternalV], str, Any], Any]  # the interpreter's class_attr: a constant or the default
+
+
+def static_supports_lora(class_attr: ClassAttr, mro: list[Cls | ExternalV]) -> bool:
+    """interfaces.supports_lora on a class (0.32 :706-740): ``isinstance(cls, _SupportsLoRAType)``, i.e.
+    ``supports_lora`` is True and ``packed_modules_mapping`` and ``embedding_modules`` exist (SupportsLoRA
+    defines all three; the worker refuses a model without it at load, lora_model_runner_mixin.py:47-48)."""
+    return class_attr(mro, "supports_lora", False) is True and all(
+        member(mro, name) is not None for name in ("packed_modules_mapping", "embedding_modules"))
+
+
+def static_supports_pp(class_attr: ClassAttr, mro: list[Cls | ExternalV]) -> bool:
+    """interfaces.supports_pp on a class (0.32 :810-866): SupportsPP in the MRO, or ``supports_pp`` True with
+    ``make_empty_intermediate_tensors`` and a ``forward``; and ``forward`` takes ``intermediate_tensors``
+    (``supports_kw``). ModelConfig refuses --pipeline-parallel-size above 1 without it (config/model.py:1557)."""
+    attributes = any(isinstance(c, Cls) and c.qualname == "SupportsPP" and c.mod.rel.endswith("models/interfaces.py")
+                     for c in mro) or (class_attr(mro, "supports_pp", False) is True
+                                       and member(mro, "make_empty_intermediate_tensors") is not None
+                                       and member(mro, "forward") is not None)  # fmt: skip
+    fwd = member(mro, "forward")
+    if fwd is None or isinstance(fwd[0], ExternalV):
+        return False
+    return attributes and (not isinstance(fwd[1], ast.FunctionDef) or _supports_kw(fwd[1], "intermediate_tensors"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .classes import Cls, StaticScope, member
-from .interfaces import static_is_vllm_model
+from .interfaces import static_is_vllm_model, static_supports_lora, static_supports_pp
 from .interp import Interp
 from .tree import Tree
 from .values import AnyOf, ClassV, Const, ExternalV, FuncV, Inst, Scope, Thunk, UnionV, Unknown, V, known
@@ -143,6 +143,8 @@ class Reader:
             "seq_pooling": i.class_attr(mro, "default_seq_pooling_type", "LAST"),
             "tok_pooling": i.class_attr(mro, "default_tok_pooling_type", "ALL"),
             "score": score_types.pop() if len(score_types) == 1 else "bi-encoder",
+            "lora": static_supports_lora(i.class_attr, mro),
+            "pp": static_supports_pp(i.class_attr, mro),
         }
 
     def adapted(self, cls_v: ClassV, convert: str) -> Cls | None:

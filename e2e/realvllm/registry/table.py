@@ -56,6 +56,8 @@ class Table:
             "runner": runner,
             "convert": convert,
             "attn": facts["attn"],
+            "lora": facts["lora"],
+            "pp": facts["pp"],
             "read": read,
         }
         if runner == "pooling":

@@ -12,6 +12,7 @@ from pooling_operator.vllm.confinement import CODE_ADVICE, ROUTE_FLAGS, outside,
 from pooling_operator.vllm.contract import Contract, contract
 from pooling_operator.vllm.extra_args import ExtraArgs, option_names
 from pooling_operator.vllm.flag_classes import FlagClass, classify, code_keys
+from pooling_operator.vllm.interface_rules import interface_problems
 from pooling_operator.vllm.workload import Workload
 
 # Flags that vLLM accepts only together with another (serve arg checks).
@@ -43,6 +44,7 @@ def gpu_problems(w: Workload, xa: ExtraArgs, resources: object) -> Iterator[Prob
 
 def extra_args_problems(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: bool, allow_code: bool = False) -> Iterator[Problem]:
     yield from _extra_args_each(w, c, xa, needs_metrics, allow_code)
+    yield from interface_problems(w, xa)
     given = xa.given
     for flag, needed in REQUIRES.items():
         if flag in given and needed not in given:

@@ -32,6 +32,11 @@ class Entry:
     where: str  # the registry line, or the suffix rule that decided
     score: str | None = None  # bi-encoder | cross-encoder | late-interaction (pooling)
     via: str | None = None  # the registered name an unregistered one was normalised onto
+    cls: str | None = None  # the class vLLM loads for it (module.Class), when registered
+    # The interfaces vLLM gates flags on, as the class implements them in this version (None: not registered,
+    # so not known here): SupportsLoRA (--enable-lora), SupportsPP (--pipeline-parallel-size above 1).
+    lora: bool | None = None
+    pp: bool | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +65,7 @@ class Registry:
         raw = known.get(name)
         if raw is not None:
             return Entry(name, True, raw["runner"], raw.get("convert", "none"), tuple(raw.get("tasks") or ()),
-                         raw["where"], raw.get("score"))
+                         raw["where"], raw.get("score"), **_interfaces(raw))
         match = self._suffix(name)
         where = self.data["suffixes"]["where"]
         if match is None:
@@ -72,9 +77,10 @@ class Registry:
                 # _normalize_arch: the registered class, converted by the name's suffix when it is a pooling one.
                 inner = known[base]
                 if runner == "pooling" and inner["runner"] == "generate":
-                    return Entry(name, True, "pooling", convert, self.convert_tasks(convert), inner["where"], via=base)
+                    return Entry(name, True, "pooling", convert, self.convert_tasks(convert), inner["where"], via=base,
+                                 **_interfaces(inner))  # the adapter subclasses the registered class
                 return Entry(name, True, inner["runner"], inner.get("convert", "none"), tuple(inner.get("tasks") or ()),
-                             inner["where"], inner.get("score"), via=base)
+                             inner["where"], inner.get("score"), via=base, **_interfaces(inner))
         tasks = self.convert_tasks(convert) if runner == "pooling" else ()
         return Entry(name, False, runner, convert if runner == "pooling" else "none", tasks, f"the {suffix} suffix ({where})")
 
@@ -101,6 +107,10 @@ class Registry:
     @cache  # noqa: B019
     def _configs(self) -> frozenset[str]:
         return frozenset(self.transformers["configs"])
+
+
+def _interfaces(raw: dict[str, Any]) -> dict[str, Any]:
+    return {"cls": raw.get("class"), "lora": raw.get("lora"), "pp": raw.get("pp")}
 
 
 def _read(name: str) -> dict[str, Any]:
