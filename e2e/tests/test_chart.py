@@ -51,7 +51,7 @@ def rbac_manifest(docs: list[dict[str, Any]]) -> str:
 
 def test_lint_strict_in_every_mode(helm: Path) -> None:
     for sets in ([], ["watchNamespaces={search,research}"], ["webhook.enabled=false,crds.install=false"],
-                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2"]):  # fmt: skip
+                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2,alerts.enabled=true"]):  # fmt: skip
         res = run_helm(helm, "lint", "--strict", str(CHART), *[a for s in sets for a in ("--set", s)])
         assert res.returncode == 0, (sets, res.stdout, res.stderr)
 
@@ -215,3 +215,17 @@ def test_the_image_tag_default_is_the_one_render_uses_and_the_docs_say_so(helm: 
     paths = {h["clientConfig"]["url"] for h in url[0]["webhooks"]}
     assert "https://hooks.example:9443/validate-poolingservices" in paths  # the base URL, each kind's path appended
     assert "/validate-<plural>" in (CHART / "values.yaml").read_text() and "/validate-<plural>" in (CHART / "README.md").read_text()
+
+
+def test_alert_rules_are_the_rules_file_with_the_runbook_url_and_off_by_default(helm: Path) -> None:
+    """The PrometheusRule holds charts/.../files/alerts.yaml as written (tested by promtool in tests/test_alerts.py),
+    each runbook_url pointing at the value given; the ServiceMonitor keeps the resources' own namespace label."""
+    assert not [d for d in template(helm) if d["kind"] == "PrometheusRule"]
+    url = "https://git.example.com/platform/vpo/blob/main/docs/alerts.md"
+    [rule] = [d for d in template(helm, "alerts.enabled=true", f"alerts.runbookURL={url}", "alerts.labels.release=kube-prom")
+              if d["kind"] == "PrometheusRule"]  # fmt: skip
+    written = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text().replace("@RUNBOOK@", url))
+    assert rule["spec"] == {"groups": written["groups"]} and rule["metadata"]["labels"]["release"] == "kube-prom"
+    assert all(r["annotations"]["runbook_url"].startswith(url + "#") for g in rule["spec"]["groups"] for r in g["rules"])
+    [monitor] = [d for d in template(helm, "metrics.serviceMonitor.enabled=true") if d["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True

@@ -69,6 +69,9 @@ class Reconciles:
         except InvalidSpec:
             RECONCILES.labels(kind, "invalid").inc()
             raise
+        except Exception:  # a bug: the runtime logs it and retries with backoff; the alert rules count it
+            RECONCILES.labels(kind, "error").inc()
+            raise
         finally:
             DURATION.labels(kind).observe(time.monotonic() - started)
         RECONCILES.labels(kind, "ok").inc()

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Histogram
 
 from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
 from pooling_operator.k8s.api import ApiError, Kube
@@ -21,6 +22,10 @@ from pooling_operator.vllm.rules import Settings
 log = logging.getLogger(__name__)
 
 RECONCILES = Counter("vllm_pooling_operator_reconciles", "Reconciles run.", ["kind", "result"])
+RESULTS = ("ok", "invalid", "gone", "error")
+for _kind in OWNER_KINDS:  # every series exists from the start at 0, so that rate() and the alert rules see it
+    for _result in RESULTS:
+        RECONCILES.labels(_kind, _result)
 WRITES = Counter("vllm_pooling_operator_writes", "Objects created, changed or deleted.", ["kind", "action"])
 DURATION = Histogram(
     "vllm_pooling_operator_reconcile_duration_seconds", "Time of one reconcile.", ["kind"],

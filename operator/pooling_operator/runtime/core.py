@@ -32,6 +32,7 @@ from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
+from pooling_operator.runtime.series import Series
 from pooling_operator.runtime.watches import Watches
 from pooling_operator.status.conditions import settled
 
@@ -77,6 +78,7 @@ class Runtime:
         # the informers that fill the cache's stores (runtime/watches.py); None: the caller feeds the cache
         self.watches = Watches(self, list(namespaces or [])) if watch else None
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
+        self.series = Series()  # each watched resource's status as Prometheus series (alert rules, dashboards)
 
     @property
     def leading(self) -> bool:
@@ -140,6 +142,7 @@ class Runtime:
         if deleted:
             self.forget(key, body["metadata"].get("uid") or "")
         else:
+            self.series.publish(key, body)
             self._settled.discard(key)
             self._add(key, first=not self.reconciles.knows(body["metadata"].get("uid") or ""))  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
@@ -210,6 +213,7 @@ class Runtime:
         """Drop every piece of per-object state of a deleted resource, so memory stays flat under churn."""
         self._settled.discard(key)
         self.queue.discard(key)
+        self.series.drop(key)
         self._failures.pop(uid, None)
         self.reconciles.forget(uid)
         self.ctx.cache.forget(uid)
@@ -220,7 +224,7 @@ class Runtime:
         """How much per-object state is held, by every owner of some (the churn test reads it)."""
         return {
             "settled": len(self._settled), "failures": len(self._failures), **self.reconciles.memory.sizes(),
-            "written": self.ctx.cache.remembered(), "queued": len(self.queue),
+            "written": self.ctx.cache.remembered(), "queued": len(self.queue), "series": len(self.series),
             "delayed": self.queue.delayed - self.queue.is_delayed(POLICIES_KEY),
             "tracked": len(self.autoscaler.services) if self.autoscaler is not None else 0,
         }

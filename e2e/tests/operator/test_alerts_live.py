@@ -1,0 +1,79 @@
+"""The chart's alert rules against the real Prometheus scraping the real operator (issue 44): every series each
+rule reads (charts/vllm-pooling-operator/files/alerts.yaml, each vector selector of its expression) returns at
+least one series, so a misspelt metric, label or label value fails here. The resources are the ones that make
+the operator publish each family: an autoscaled service under load from the vLLM stand-in exporters (conditions,
+replicas and bounds, observed and target p99, start-up), a PoolingJob whose shards report (samples, bytes against
+its budget), and a ModelCache. promtool's own tests of when each alert fires: tests/test_alerts.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from e2e import build
+from e2e.controlplane import ControlPlane
+from e2e.harness.config import GPU_PRODUCT
+from e2e.harness.poll import wait_for
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import PrometheusServer
+from e2e.standin.exporters import write_load
+from e2e.tests.operator.test_autoscaling import autoscaled, fleet, metrics_flowing, policy, prometheus  # noqa: F401
+from e2e.tests.operator.test_hidden_states import claims
+from e2e.tests.operator.test_services import apply
+from e2e.tests.test_chart import CHART, KUBE
+from tests.factories import model_cache, pooling_job
+from tests.test_alerts import SELECTOR, rules
+
+
+def selectors() -> set[str]:
+    return {f"{name}{{{matchers}}}" if matchers else name for r in rules() for name, matchers in SELECTOR.findall(r["expr"])}
+
+
+def test_every_series_the_alert_rules_read_is_scraped_from_the_operator(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: object, namespace: str, tmp_path: Path,  # noqa: F811 (the fixtures imported above)
+) -> None:
+    prometheus.write_targets(prometheus.targets_path("operator"), [{"targets": [f"127.0.0.1:{operator.metrics_port}"]}])
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=40)
+    apply(cluster, autoscaled(namespace, "emb", policy()))  # type: ignore[operator]
+    claims(cluster, namespace)
+    apply(cluster, model_cache({"storage": {"size": "2Gi"}}, namespace=namespace))
+    job = pooling_job({"dataset": {"volume": {"claimName": "datasets", "path": "/corpus.jsonl"}},
+                       "output": {"volume": {"claimName": "hidden-states", "path": "/runs/v1"}, "storageBudget": "1Gi"},
+                       "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}}}, name="corpus", namespace=namespace)  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job))
+    with fleet(cluster, prometheus, namespace, "emb", load) as f:
+        f.wait_targets(1, timeout=60)
+        wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True")
+        # what the shards would report (the drivers' writes are tested in tests/test_pooling_driver*)
+        report = {f"shard-{i}": json.dumps({"state": "running", "done": 10, "failed": 0, "bytes": 15360, "total": 40,
+                                            "lines": 80, "hiddenSize": 384, "valueBytes": 4}) for i in range(2)}  # fmt: skip
+        wait_for(lambda: cluster.kubectl("get", "configmap/corpus-progress", "-n", namespace, check=False).returncode == 0,
+                 timeout=30, what="the PoolingJob's progress ConfigMap")
+        cluster.kubectl("patch", "configmap/corpus-progress", "-n", namespace, "--type=merge", "-p", json.dumps({"data": report}))
+
+        def missing() -> list[str]:
+            return sorted(s for s in selectors() if not prometheus.query(s))
+
+        left: list[str] = []
+
+        def all_scraped() -> bool:
+            left[:] = missing()
+            return not left
+
+        try:
+            wait_for(all_scraped, timeout=60, what="every series the alert rules read")
+        except BaseException as exc:
+            raise AssertionError(f"not scraped from the operator: {left}") from exc
+
+
+def test_the_charts_prometheus_rule_is_admitted_by_the_api_server(cluster: ControlPlane, namespace: str) -> None:
+    """prometheus-operator's PrometheusRule CRD (e2e/crds.py) admits what the chart renders with alerts on."""
+    rendered = subprocess.run([str(build.tool("helm")), "template", "vpo", str(CHART), "-n", namespace, "--kube-version", KUBE,
+                               "--set", "alerts.enabled=true", "--show-only", "templates/prometheusrule.yaml"],
+                              capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    out = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered).stdout
+    assert "prometheusrule.monitoring.coreos.com/vpo-vllm-pooling-operator serverside-applied (server dry run)" in out, out
