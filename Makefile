@@ -92,7 +92,7 @@ unit: venv ## The pure tests on both cores (no cluster, no processes; <= 30 s on
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract
-	$(VENV)/bin/ruff check operator tests e2e bench argocd conftest.py
+	$(VENV)/bin/ruff check operator tests e2e bench argocd dashboards conftest.py
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds
@@ -110,6 +110,10 @@ crds-check: venv ## Fail when crds/ differs from what the models generate
 	@tmp=$$(mktemp -d) && $(CLI) crds --output-dir $$tmp && \
 	  if diff -ru crds $$tmp >/dev/null; then rm -rf $$tmp; echo "crds/ is up to date"; \
 	  else diff -ru crds $$tmp | head -40; rm -rf $$tmp; echo "crds/ is stale: run 'make crds'"; exit 1; fi
+
+.PHONY: dashboards
+dashboards: venv ## Regenerate the chart's Grafana dashboards (charts/.../files/dashboards/) from dashboards/generate.py
+	$(PY) dashboards/generate.py
 
 .PHONY: argocd
 argocd: ## Regenerate argocd/ (every kind's health.lua and argocd-cm.yaml) from argocd/generate.py

@@ -21,7 +21,8 @@ AUTOSCALED = pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 8, "p99La
 AUTOSCALED["status"] = {
     "conditions": [cond("Ready", "True"), cond("MetricsAvailable", "False"), cond("ScalingLimited", "True"),
                    cond("NotAType", "True")],
-    "readyReplicas": 3, "autoscaling": {"desiredReplicas": 8, "p99LatencySeconds": 0.4},
+    "readyReplicas": 3, "autoscaling": {"desiredReplicas": 8, "p99LatencySeconds": 0.4, "queueDepth": 3.5, "arrivalRate": 41.0,
+                                        "capacityPerReplica": 58.0},
     "startup": {"lastSeconds": 190, "typicalSeconds": 80, "samples": 4},
 }  # fmt: skip
 FIXED = pooling({"replicas": 2}, name="f")
@@ -38,6 +39,7 @@ CACHE["status"] = {"conditions": [cond("Failed", "True")]}
         "vllm_pooling_operator_condition": {"Ready": 1.0, "MetricsAvailable": 0.0, "ScalingLimited": 1.0},
         "vllm_pooling_operator_replicas": {"desired": 8.0, "ready": 3.0, "min": 1.0, "max": 8.0},
         "vllm_pooling_operator_p99_latency_seconds": {"observed": 0.4, "target": 0.25},
+        "vllm_pooling_operator_autoscaler_observed": {"queue_depth": 3.5, "arrival_rate": 41.0, "capacity_per_replica": 58.0},
         "vllm_pooling_operator_startup_seconds": {"last": 190.0, "typical": 80.0}}),
     (FIXED, {"vllm_pooling_operator_replicas": {"desired": 2.0, "ready": 1.0}}),
     (JOB, {"vllm_pooling_operator_condition": {"Succeeded": 0.0},

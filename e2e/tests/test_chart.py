@@ -51,7 +51,7 @@ def rbac_manifest(docs: list[dict[str, Any]]) -> str:
 
 def test_lint_strict_in_every_mode(helm: Path) -> None:
     for sets in ([], ["watchNamespaces={search,research}"], ["webhook.enabled=false,crds.install=false"],
-                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2,alerts.enabled=true"]):  # fmt: skip
+                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2,alerts.enabled=true,dashboards.enabled=true"]):  # fmt: skip
         res = run_helm(helm, "lint", "--strict", str(CHART), *[a for s in sets for a in ("--set", s)])
         assert res.returncode == 0, (sets, res.stdout, res.stderr)
 
@@ -229,3 +229,14 @@ def test_alert_rules_are_the_rules_file_with_the_runbook_url_and_off_by_default(
     assert all(r["annotations"]["runbook_url"].startswith(url + "#") for g in rule["spec"]["groups"] for r in g["rules"])
     [monitor] = [d for d in template(helm, "metrics.serviceMonitor.enabled=true") if d["kind"] == "ServiceMonitor"]
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_dashboards_are_the_generated_files_in_configmaps_the_grafana_sidecar_finds(helm: Path) -> None:
+    assert not [d for d in template(helm) if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]]
+    maps = [d for d in template(helm, "dashboards.enabled=true", "dashboards.namespace=monitoring") if d["kind"] == "ConfigMap"]
+    files = {p.name: p.read_text() for p in (CHART / "files" / "dashboards").glob("*.json")}
+    assert len(maps) == len(files) == 4
+    for m in maps:
+        [(key, text)] = m["data"].items()
+        assert text == files[key.removeprefix("vllm-pooling-")] and m["metadata"]["namespace"] == "monitoring"
+        assert m["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -1,6 +1,7 @@
-"""The chart's alert rules against the real Prometheus scraping the real operator (issue 44): every series each
-rule reads (charts/vllm-pooling-operator/files/alerts.yaml, each vector selector of its expression) returns at
-least one series, so a misspelt metric, label or label value fails here. The resources are the ones that make
+"""The chart's alert rules and dashboards against the real Prometheus scraping the real operator and the vLLM
+stand-in exporters (issue 44): every series each rule (charts/vllm-pooling-operator/files/alerts.yaml) and each
+dashboard query (dashboards/generate.py) reads, each vector selector of its expression, returns at least one
+series, so a misspelt metric, label or label value fails here. The resources are the ones that make
 the operator publish each family: an autoscaled service under load from the vLLM stand-in exporters (conditions,
 replicas and bounds, observed and target p99, start-up), a PoolingJob whose shards report (samples, bytes against
 its budget), and a ModelCache. promtool's own tests of when each alert fires: tests/test_alerts.py."""
@@ -26,13 +27,23 @@ from e2e.tests.operator.test_services import apply
 from e2e.tests.test_chart import CHART, KUBE
 from tests.factories import model_cache, pooling_job
 from tests.test_alerts import SELECTOR, rules
+from tests.test_dashboards import VLLM, generate
 
 
-def selectors() -> set[str]:
-    return {f"{name}{{{matchers}}}" if matchers else name for r in rules() for name, matchers in SELECTOR.findall(r["expr"])}
+def selectors(namespace: str) -> set[str]:
+    """Every vector selector of every alert rule and every dashboard query, the dashboards' variables set to the
+    test's service (namespace, emb) and the rate interval to a minute."""
+    exprs = [r["expr"] for r in rules()] + [e for doc in dashboards() for _, e in generate.queries(doc)]
+    exprs = [e.replace("$namespace", namespace).replace("$name", "emb").replace("$__rate_interval", "1m") for e in exprs]
+    return {f"{name}{{{matchers}}}" if matchers else name for e in exprs for pattern in (SELECTOR, VLLM)
+            for name, matchers in pattern.findall(e)}  # fmt: skip
 
 
-def test_every_series_the_alert_rules_read_is_scraped_from_the_operator(
+def dashboards() -> list[dict[str, object]]:
+    return [json.loads(text) for text in generate.rendered().values()]
+
+
+def test_every_series_the_alert_rules_and_dashboards_read_is_scraped(
     cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: object, namespace: str, tmp_path: Path,  # noqa: F811 (the fixtures imported above)
 ) -> None:
     prometheus.write_targets(prometheus.targets_path("operator"), [{"targets": [f"127.0.0.1:{operator.metrics_port}"]}])
@@ -45,6 +56,9 @@ def test_every_series_the_alert_rules_read_is_scraped_from_the_operator(
                        "output": {"volume": {"claimName": "hidden-states", "path": "/runs/v1"}, "storageBudget": "1Gi"},
                        "resources": {"gpu": {"count": 1, "product": GPU_PRODUCT}}}, name="corpus", namespace=namespace)  # fmt: skip
     cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(job))
+    queued = pooling_job({**{k: job["spec"][k] for k in ("dataset", "output", "resources")}, "queue": {"name": "team-a"}},
+                         name="queued", namespace=namespace)  # its Queued condition: no Kueue here, it waits
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(queued))
     with fleet(cluster, prometheus, namespace, "emb", load) as f:
         f.wait_targets(1, timeout=60)
         wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True")
@@ -56,7 +70,7 @@ def test_every_series_the_alert_rules_read_is_scraped_from_the_operator(
         cluster.kubectl("patch", "configmap/corpus-progress", "-n", namespace, "--type=merge", "-p", json.dumps({"data": report}))
 
         def missing() -> list[str]:
-            return sorted(s for s in selectors() if not prometheus.query(s))
+            return sorted(s for s in selectors(namespace) if not prometheus.query(s))
 
         left: list[str] = []
 
@@ -65,7 +79,7 @@ def test_every_series_the_alert_rules_read_is_scraped_from_the_operator(
             return not left
 
         try:
-            wait_for(all_scraped, timeout=60, what="every series the alert rules read")
+            wait_for(all_scraped, timeout=60, what="every series the alert rules and dashboards read")
         except BaseException as exc:
             raise AssertionError(f"not scraped from the operator: {left}") from exc
 

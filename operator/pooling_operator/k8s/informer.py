@@ -104,6 +104,7 @@ class Informer:
         self.served: bool | None = None  # None until the first list answered
         self._serve = asyncio.Event()
         self._failures = 0
+        RELISTS.labels(kind.kind)  # at 0 from the start: the operator dashboard and rate() see every kind
 
     @property
     def name(self) -> str:

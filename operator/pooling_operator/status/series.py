@@ -34,6 +34,9 @@ FAMILIES = (
            "spec.replicas), ready, and the autoscaling bounds min and max.", "state", ("desired", "ready", "min", "max")),
     Family("vllm_pooling_operator_p99_latency_seconds", "An autoscaled service's p99 end-to-end latency as the "
            "autoscaler last observed it, and its target (spec.autoscaling.p99Latency).", "what", ("observed", "target")),
+    Family("vllm_pooling_operator_autoscaler_observed", "What the autoscaler last observed of a service "
+           "(status.autoscaling): requests waiting, arrivals per second, and the requests per second one replica "
+           "serves (its learned capacity).", "what", ("queue_depth", "arrival_rate", "capacity_per_replica")),
     Family("vllm_pooling_operator_startup_seconds", "A service's replica start-up, pod created to Ready: the last "
            "and the typical (status.startup).", "what", ("last", "typical")),
     Family("vllm_pooling_operator_job_samples", "A job's inputs: done, failed, and the dataset's total once its "
@@ -72,6 +75,9 @@ def _service(spec: dict[str, Any], status: dict[str, Any], out: dict[str, dict[s
         _put(replicas, "max", scaling.get("maxReplicas"))
         latency = out["vllm_pooling_operator_p99_latency_seconds"]
         _put(latency, "observed", observed.get("p99LatencySeconds"))
+        seen = out["vllm_pooling_operator_autoscaler_observed"]
+        for key, field in (("queue_depth", "queueDepth"), ("arrival_rate", "arrivalRate"), ("capacity_per_replica", "capacityPerReplica")):
+            _put(seen, key, observed.get(field))
         target = scaling.get("p99Latency")
         if isinstance(target, str):
             try:
