@@ -3,18 +3,29 @@ field in it, and nothing in the repository sends a reader outside it."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from pooling_operator.api.crd import all_crds
-from pooling_operator.api.reference import generate
+from pooling_operator.api.reference import SINCE_FILE, generate, since
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "api.md"
 
 
 def test_docs_api_md_is_what_the_models_generate() -> None:
-    assert DOC.read_text() == generate(), "docs/api.md is stale: run `make api-docs`"
+    text, record = generate()
+    assert DOC.read_text() == text, "docs/api.md is stale: run `make api-docs`"
+    assert json.loads(SINCE_FILE.read_text()) == record, "api/since.json lacks a new field: run `make api-docs`"
+
+
+def test_a_field_is_recorded_under_the_release_it_appeared_in_and_a_gone_one_is_dropped() -> None:
+    recorded = {"0.1.0": ["K.spec.a", "K.spec.gone"], "0.2.0": ["K.spec.b"]}
+    assert since(["K.spec.b", "K.spec.a", "K.spec.new"], recorded, "0.10.0") == {
+        "0.1.0": ["K.spec.a"], "0.2.0": ["K.spec.b"], "0.10.0": ["K.spec.new"]}
+    text = DOC.read_text()
+    assert "| `spec.model.name` | string | ✓ |  | " in text and "| 0.1.0 |" in text and "| 0.2.0 |" in text
 
 
 def test_every_kind_and_every_field_of_every_crd_is_in_it() -> None:

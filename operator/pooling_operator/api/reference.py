@@ -5,7 +5,8 @@ come from (api/crd.py), so it says exactly what `kubectl explain` and the API se
 
 tests/test_api_reference.py fails when docs/api.md differs from what this writes. Per field: its path, type,
 whether it is required, its default, its bounds (lengths, ranges, patterns, allowed values, item counts) and the
-rules the API server checks on it (CEL), and its description. Pure: CRD dicts in, text out.
+rules the API server checks on it (CEL), the release it appeared in (api/since.json: a field the record lacks is
+new in this release, and `make api-docs` writes it there), and its description.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pooling_operator import __version__
 from pooling_operator.api.crd import _resolve, crd
 from pooling_operator.api.resources import KINDS
+
+SINCE_FILE = Path(__file__).with_name("since.json")  # {version: [Kind.field, ...]}: the version each field appeared in
+SINCE = "<since>"  # the key under which a kind's {field path: version} travels with its defaults
 
 HEADER = """# API reference
 
@@ -30,7 +35,7 @@ this file is stale. `kubectl explain <kind>.<field>` shows the same descriptions
 Columns: **type** (`[]` a list, `map` string keys), **required** (✓ when the parent object must carry it),
 **default** (as the API server fills it; other defaults are said in the description), **bounds** (what the API
 server refuses beyond: lengths, ranges, patterns, allowed values, item counts, and the rules it checks on that
-field) and the description.
+field), **since** (the operator release the field appeared in; `api/since.json` records it) and the description.
 
 {toc}
 """
@@ -107,7 +112,7 @@ def defaults(model: type, root: str) -> dict[str, Any]:
 def _rows(schema: dict[str, Any], path: str, required: bool, known: dict[str, Any]) -> Iterator[tuple[str, ...]]:
     default = json.dumps(known[path]) if path in known else ""
     yield (f"`{path}`", _type(schema), "✓" if required else "", f"`{default}`" if default else "", _bounds(schema),
-           schema.get("description", ""))  # fmt: skip
+           known.get(SINCE, {}).get(path, ""), schema.get("description", ""))  # fmt: skip
     if "anyOf" in schema:
         for option in schema["anyOf"]:
             if option.get("properties"):
@@ -146,12 +151,31 @@ def kind_section(crd: dict[str, Any], known: dict[str, Any]) -> str:
         schema = (root.get("properties") or {}).get(part)
         if not schema:
             continue
-        lines += [f"### {names['kind']}.{part}", "", "| field | type | required | default | bounds | description |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"### {names['kind']}.{part}", "", "| field | type | required | default | bounds | since | description |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
         for row in _children(schema, part, known):
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def field_paths(crd: dict[str, Any]) -> list[str]:
+    """Every field of a kind as the tables name it, with the kind in front (`PoolingService.spec.model.name`)."""
+    [version] = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    root = version["schema"]["openAPIV3Schema"]
+    kind = crd["spec"]["names"]["kind"]
+    return [f"{kind}.{row[0].strip('`')}" for part in ("spec", "status") if (root.get("properties") or {}).get(part)
+            for row in _children(root["properties"][part], part, {})]  # fmt: skip
+
+
+def since(paths: list[str], recorded: dict[str, list[str]], current: str) -> dict[str, list[str]]:
+    """{version: the fields that appeared in it}: what `recorded` says, fields gone dropped, and fields it does not
+    know put under `current` (the operator's version now: they appear in it)."""
+    known = {p: v for v, ps in recorded.items() for p in ps}
+    out: dict[str, list[str]] = {}
+    for p in paths:
+        out.setdefault(known.get(p, current), []).append(p)
+    return {v: sorted(ps) for v, ps in sorted(out.items(), key=lambda kv: [int(x) for x in kv[0].split(".")])}
 
 
 def reference(kinds: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
@@ -161,18 +185,28 @@ def reference(kinds: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     return HEADER.format(version=version, toc=toc) + "\n" + "\n".join(kind_section(c, known) for c, known in kinds)
 
 
-def generate() -> str:
-    """docs/api.md as the models say it: every kind of api/resources.py's table, in its order."""
-    return reference([(crd(info), defaults(info.spec_model, "spec")) for info in KINDS.values()])
+def generate() -> tuple[str, dict[str, list[str]]]:
+    """docs/api.md as the models say it (every kind of api/resources.py's table, in its order), and the record of
+    the version each field appeared in (api/since.json, fields new since it was written under this version)."""
+    crds = [crd(info) for info in KINDS.values()]
+    record = since([p for c in crds for p in field_paths(c)], json.loads(SINCE_FILE.read_text()), __version__)
+    appeared = {p: v for v, ps in record.items() for p in ps}
+    kinds = []
+    for c, info in zip(crds, KINDS.values(), strict=True):
+        prefix = c["spec"]["names"]["kind"] + "."
+        kinds.append((c, {**defaults(info.spec_model, "spec"), SINCE: {p.removeprefix(prefix): v for p, v in appeared.items()
+                                                                          if p.startswith(prefix)}}))  # fmt: skip
+    return reference(kinds), record
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pooling_operator.api.reference", description=__doc__.split("\n\n")[0])
     ap.add_argument("--output", type=Path, help="write here (default: stdout)")
     args = ap.parse_args(argv)
-    text = generate()
+    text, record = generate()
     if args.output:
         args.output.write_text(text)
+        SINCE_FILE.write_text(json.dumps(record, indent=1) + "\n")
     else:
         sys.stdout.write(text)
     return 0
