@@ -154,7 +154,9 @@ def test_every_child_kind_whose_name_is_held_is_left_alone_said_and_then_made(
                 return any(r.get("controller") and r.get("uid") == uid for r in refs)
 
             wait_for(ours, timeout=60, what=f"{obj['kind']} {ns}/{obj['metadata']['name']} made by its {owner['kind']} once free")
-            assert cond(get(cluster, at(owner)), "Ready").get("reason") != "ChildNameTaken"
+            # the status follows the child in the same reconcile, after its later waves: waited for, not raced
+            wait_for(lambda owner=owner: cond(get(cluster, at(owner)), "Ready").get("reason") != "ChildNameTaken", timeout=30,
+                     what=f"{owner['kind']} {ns}/{owner['metadata']['name']} no longer saying a name is taken")
     finally:
         for ns, _, _ in cases:
             cluster.delete_namespace(ns)
