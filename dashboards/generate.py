@@ -93,9 +93,11 @@ OBS, JS, JB = "vllm_pooling_operator_autoscaler_observed", "vllm_pooling_operato
 SERVICES, JOBS = 'kind=~"PoolingService|ScoringService",namespace="$namespace",name="$name"', 'kind=~"HiddenStateJob|PoolingJob",namespace="$namespace"'
 
 
-def of(family: str, label: str, value: str, scope: str = "") -> str:
-    """One value of a per-resource family (`label` its own label), once per resource, in `scope`."""
-    return one(f'{family}{{{scope + "," if scope else ""}{label}=~"{value}"}}')
+def of(family: str, label: str, value: str, scope: str = "", over: str = "") -> str:
+    """One value of a per-resource family (`label` its own label), once per resource, in `scope`; with `over` (a
+    range function: rate, changes) that function of each series over the rate interval, then once per resource."""
+    selector = f'{family}{{{scope + "," if scope else ""}{label}=~"{value}"}}'
+    return one(f"{over}({selector}[{RATE}])" if over else selector)
 
 
 def p(q: float, histogram: str, by: str, scope: str = "") -> str:
@@ -144,19 +146,19 @@ def service() -> Dashboard:
         .with_panel(ts("Arrivals against a replica's learned capacity", "reqps", target(of(OBS, "what", "arrival_rate", SERVICES), "arrivals"),
                        target(of(OBS, "what", "capacity_per_replica", SERVICES), "one replica's capacity"),
                        target(f"{of(OBS, 'what', 'capacity_per_replica', SERVICES)} * {of(R, 'state', 'ready', SERVICES)}", "ready replicas' capacity")))
-        .with_panel(ts("Scale changes", "short", target(f"changes({of(R, 'state', 'desired', SERVICES)}[{RATE}])", "decisions that changed the count")))
+        .with_panel(ts("Scale changes", "short", target(of(R, "state", "desired", SERVICES, over="changes"), "decisions that changed the count")))
         .with_panel(ts("Start-up of its replicas", "s", target(of(S, "what", "last", SERVICES), "last"),
                        target(of(S, "what", "typical", SERVICES), "typical"))))  # fmt: skip
 
 
 def jobs() -> Dashboard:
-    done, total = of(JS, "state", "done", JOBS), of(JS, "state", "total", JOBS)
+    done, total, rate = of(JS, "state", "done", JOBS), of(JS, "state", "total", JOBS), of(JS, "state", "done", JOBS, over="rate")
     return (base("vpo-jobs", "vLLM pooling: jobs", "HiddenStateJobs and PoolingJobs: progress, rate, ETA, storage and Kueue.")
         .with_variable(var("namespace", "Namespace", f"label_values({JS}, namespace)"))
         .with_row(Row("Progress"))
         .with_panel(ts("Inputs done", "short", target(done, "{{kind}} {{name}} done"), target(total, "{{kind}} {{name}} total")))
-        .with_panel(ts("Inputs per second", "short", target(f"rate({done}[{RATE}])", "{{kind}} {{name}}")))
-        .with_panel(ts("ETA", "s", target(f"({total} - {done}) / (rate({done}[{RATE}]) > 0)", "{{kind}} {{name}}"),
+        .with_panel(ts("Inputs per second", "short", target(rate, "{{kind}} {{name}}")))
+        .with_panel(ts("ETA", "s", target(f"({total} - {done}) / ({rate} > 0)", "{{kind}} {{name}}"),
                        desc="The inputs left at the rate of the last interval (PoolingJobs, whose shards count their dataset)."))
         .with_panel(ts("Failed inputs", "short", target(of(JS, "state", "failed", JOBS), "{{kind}} {{name}}")))
         .with_row(Row("Storage and queue"))

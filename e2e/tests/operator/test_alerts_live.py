@@ -27,16 +27,20 @@ from e2e.tests.operator.test_services import apply
 from e2e.tests.test_chart import CHART, KUBE
 from tests.factories import model_cache, pooling_job
 from tests.test_alerts import SELECTOR, rules
-from tests.test_dashboards import VLLM, generate
+from tests.test_dashboards import VLLM, generate, substituted
 
 
 def selectors(namespace: str) -> set[str]:
     """Every vector selector of every alert rule and every dashboard query, the dashboards' variables set to the
     test's service (namespace, emb) and the rate interval to a minute."""
-    exprs = [r["expr"] for r in rules()] + [e for doc in dashboards() for _, e in generate.queries(doc)]
-    exprs = [e.replace("$namespace", namespace).replace("$name", "emb").replace("$__rate_interval", "1m") for e in exprs]
-    return {f"{name}{{{matchers}}}" if matchers else name for e in exprs for pattern in (SELECTOR, VLLM)
+    return {f"{name}{{{matchers}}}" if matchers else name for e in expressions(namespace) for pattern in (SELECTOR, VLLM)
             for name, matchers in pattern.findall(e)}  # fmt: skip
+
+
+def expressions(namespace: str) -> list[str]:
+    """Every alert rule's expression and every dashboard query, as Grafana sends it for the test's service."""
+    queries = [e for doc in dashboards() for _, e in generate.queries(doc)]
+    return [r["expr"] for r in rules()] + [substituted(e, namespace, "emb") for e in queries]
 
 
 def dashboards() -> list[dict[str, object]]:
@@ -82,6 +86,8 @@ def test_every_series_the_alert_rules_and_dashboards_read_is_scraped(
             wait_for(all_scraped, timeout=60, what="every series the alert rules and dashboards read")
         except BaseException as exc:
             raise AssertionError(f"not scraped from the operator: {left}") from exc
+        for expr in expressions(namespace):  # and each whole expression is one Prometheus evaluates
+            prometheus.query(expr)
 
 
 def test_the_charts_prometheus_rule_is_admitted_by_the_api_server(cluster: ControlPlane, namespace: str) -> None:
