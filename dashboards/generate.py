@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders.dashboard import Dashboard, QueryVariable, Row
+from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.builders.stat import Panel as Stat
 from grafana_foundation_sdk.builders.table import Panel as Table
@@ -75,8 +75,7 @@ def stat(title: str, unit: str, *targets: Dataquery, w: int = 6) -> Stat:
 
 
 def base(uid: str, title: str, description: str) -> Dashboard:
-    ds = QueryVariable("datasource").label("Prometheus").query("prometheus")
-    ds._internal.type_val = "datasource"  # the datasource picker: a variable of type datasource
+    ds = DatasourceVariable("datasource").label("Prometheus").type("prometheus")
     return (Dashboard(title).uid(uid).tags(["vllm-pooling-operator"]).description(description).refresh("30s")
             .time("now-3h", "now").with_variable(ds))  # fmt: skip
 

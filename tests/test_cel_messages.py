@@ -90,5 +90,5 @@ def test_embedding_space_rule_in_python() -> None:
     before = validate(pooling({"embeddingSpace": "v1"})).resource
     after = validate(pooling({"embeddingSpace": "v1", "pooling": {"type": "CLS"}})).resource
     stored = {"embeddingSpace": {"label": "v1", "fingerprint": embedding_fingerprint(workload(before))}}  # type: ignore[arg-type]
-    [problem] = _embedding_space_problems(after, None, stored)  # type: ignore[arg-type]
+    [problem] = _embedding_space_problems(after, stored)  # type: ignore[arg-type]
     assert problem.message == M.EMBEDDING_SPACE and problem.path == "spec.embeddingSpace"

@@ -177,7 +177,7 @@ def configmap(**shards: dict[str, Any]) -> dict[str, Any]:
 def test_status_after_the_preflight_shows_the_corpus_before_any_vector() -> None:
     cm = configmap(shard_0={"state": "checked", "done": 0, "failed": 2, "total": 50, "lines": 100},
                    shard_1={"state": "checked", "done": 0, "failed": 0, "total": 50, "lines": 100})  # fmt: skip
-    status = pooling_job_status(parsed(), {"status": {"active": 2}}, cm)
+    status = pooling_job_status(parsed(), {"status": {"active": 2}}, cm, w=workload(parsed()))
     assert status["dataset"] == {"lines": 100, "checkedShards": 2}
     assert status["samples"] == {"done": 0, "failed": 2}
     assert status["vectors"] == {"dtype": "float32"} and "storage" not in status
@@ -186,7 +186,7 @@ def test_status_after_the_preflight_shows_the_corpus_before_any_vector() -> None
 
 def test_status_projects_the_output_from_what_was_written() -> None:
     cm = configmap(shard_0={"state": "running", "done": 40, "failed": 0, "total": 50, "bytes": 61440, "hiddenSize": 384})
-    status = pooling_job_status(parsed({"output": {"storageBudget": "1Mi"}}), {"status": {"active": 2}}, cm)
+    status = pooling_job_status(parsed({"output": {"storageBudget": "1Mi"}}), {"status": {"active": 2}}, cm, w=workload(parsed()))
     assert status["vectors"] == {"dtype": "float32", "dimension": 384}
     # 1536 bytes an input; 50 inputs on the one reporting shard, 2 shards: 153,600 bytes
     assert status["storage"]["estimatedBytes"] == 153600 and status["storage"]["budget"] == "1Mi"
@@ -194,18 +194,19 @@ def test_status_projects_the_output_from_what_was_written() -> None:
 
 def test_a_finished_job_succeeds_and_a_full_volume_names_the_kind_to_recreate() -> None:
     done = pooling_job_status(parsed(), {"status": {"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}},
-                              configmap(shard_0={"state": "succeeded", "done": 50}, shard_1={"state": "succeeded", "done": 50}))  # fmt: skip
+                              configmap(shard_0={"state": "succeeded", "done": 50}, shard_1={"state": "succeeded", "done": 50}),
+                              w=workload(parsed()))  # fmt: skip
     conds = {c["type"]: c for c in done["conditions"]}
     assert conds[C.SUCCEEDED]["status"] == "True" and done["samples"]["done"] == 100
     full = pooling_job_status(parsed(), {"status": {"conditions": [{"type": "Failed", "status": "True"}]}},
-                              configmap(shard_0={"state": "output_full", "done": 7}))  # fmt: skip
+                              configmap(shard_0={"state": "output_full", "done": 7}), w=workload(parsed()))  # fmt: skip
     failed = {c["type"]: c for c in full["conditions"]}[C.FAILED]
     assert failed["reason"] == C.OUTPUT_VOLUME_FULL and "re-create the PoolingJob" in failed["message"]
 
 
 def test_a_held_job_is_queued_not_failed() -> None:
     resource = parsed({"queue": {"name": "team-a"}})
-    status = pooling_job_status(resource, {"spec": {"suspend": True}, "status": {}}, None, queue=QueueObserved(None, None, False))
+    status = pooling_job_status(resource, {"spec": {"suspend": True}, "status": {}}, None, queue=QueueObserved(None, None, False), w=workload(resource))
     conds = {c["type"]: c for c in status["conditions"]}
     assert conds["Queued"]["status"] == "True" and conds["Queued"]["reason"] == "KueueNotInstalled"
     assert conds[C.FAILED]["status"] == "False"

@@ -95,8 +95,6 @@ def test_a_pooling_jobs_status_carries_the_fingerprint_of_the_service_that_serve
     assert isinstance(p.resource, PoolingJob)
     status = pooling_job_status(p.resource, None, None, w=p.workload)
     assert status["embeddingSpace"]["fingerprint"] == pinned_service_fingerprint()
-    # without the plan's workload the status falls back to the spec (what an older caller passed): not the same
-    assert pooling_job_status(p.resource, None, None)["embeddingSpace"]["fingerprint"] != pinned_service_fingerprint()
 
 
 def test_a_service_read_from_a_cache_without_a_pin_is_not_refused_when_the_published_fingerprint_moves() -> None:
@@ -109,9 +107,11 @@ def test_a_service_read_from_a_cache_without_a_pin_is_not_refused_when_the_publi
     assert isinstance(p.resource, PoolingService)
     older = {"embeddingSpace": {"fingerprint": embedding_fingerprint(workload(p.resource))}}  # published unresolved
     assert older["embeddingSpace"]["fingerprint"] != embedding_fingerprint(p.workload)
-    assert _embedding_space_problems(p.resource, p.workload, older) == []
+    assert _embedding_space_problems(p.resource, older) == []
+    moved = {"embeddingSpace": {"fingerprint": embedding_fingerprint(p.workload)}}  # a refill: another commit
+    assert _embedding_space_problems(p.resource, moved) == []
     # a pinned one is judged as before: another pooling under the same (absent) label is refused
     pinned = validate(pooling({"model": {"revision": MINILM_SHA}, "pooling": {"type": "CLS"}})).resource
     assert isinstance(pinned, PoolingService)
     stored = {"embeddingSpace": {"fingerprint": pinned_service_fingerprint()}}
-    assert [x.path for x in _embedding_space_problems(pinned, None, stored)] == ["spec.embeddingSpace"]
+    assert [x.path for x in _embedding_space_problems(pinned, stored)] == ["spec.embeddingSpace"]

@@ -23,7 +23,6 @@ from pooling_operator.api.crd import _resolve, crd
 from pooling_operator.api.resources import KINDS
 
 SINCE_FILE = Path(__file__).with_name("since.json")  # {version: [Kind.field, ...]}: the version each field appeared in
-SINCE = "<since>"  # the key under which a kind's {field path: version} travels with its defaults
 
 HEADER = """# API reference
 
@@ -109,30 +108,31 @@ def defaults(model: type, root: str) -> dict[str, Any]:
     return out
 
 
-def _rows(schema: dict[str, Any], path: str, required: bool, known: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+def _rows(schema: dict[str, Any], path: str, required: bool, known: dict[str, Any], since: dict[str, str]) -> Iterator[tuple[str, ...]]:
     default = json.dumps(known[path]) if path in known else ""
     yield (f"`{path}`", _type(schema), "✓" if required else "", f"`{default}`" if default else "", _bounds(schema),
-           known.get(SINCE, {}).get(path, ""), schema.get("description", ""))  # fmt: skip
+           since.get(path, ""), schema.get("description", ""))  # fmt: skip
     if "anyOf" in schema:
         for option in schema["anyOf"]:
             if option.get("properties"):
-                yield from _children(option, path, known)
-    yield from _children(schema, path, known)
+                yield from _children(option, path, known, since)
+    yield from _children(schema, path, known, since)
 
 
-def _children(schema: dict[str, Any], path: str, known: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+def _children(schema: dict[str, Any], path: str, known: dict[str, Any], since: dict[str, str]) -> Iterator[tuple[str, ...]]:
     need = set(schema.get("required") or [])
     for name, sub in (schema.get("properties") or {}).items():
-        yield from _rows(sub, f"{path}.{name}", name in need, known)
+        yield from _rows(sub, f"{path}.{name}", name in need, known, since)
     items = schema.get("items")
     if isinstance(items, dict) and (items.get("properties") or items.get("items")):
-        yield from _children(items, f"{path}[]", known)
+        yield from _children(items, f"{path}[]", known, since)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict) and (extra.get("properties") or extra.get("items")):
-        yield from _children(extra, f"{path}.<key>", known)
+        yield from _children(extra, f"{path}.<key>", known, since)
 
 
-def kind_section(crd: dict[str, Any], known: dict[str, Any]) -> str:
+def kind_section(crd: dict[str, Any], known: dict[str, Any], since: dict[str, str]) -> str:
+    """One kind's section; `known` its defaults and `since` the release of each field, by path (`spec.model.name`)."""
     spec = crd["spec"]
     names = spec["names"]
     [version] = [v for v in spec["versions"] if v.get("storage")]
@@ -153,7 +153,7 @@ def kind_section(crd: dict[str, Any], known: dict[str, Any]) -> str:
             continue
         lines += [f"### {names['kind']}.{part}", "", "| field | type | required | default | bounds | since | description |",
                   "|---|---|---|---|---|---|---|"]  # fmt: skip
-        for row in _children(schema, part, known):
+        for row in _children(schema, part, known, since):
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -165,7 +165,7 @@ def field_paths(crd: dict[str, Any]) -> list[str]:
     root = version["schema"]["openAPIV3Schema"]
     kind = crd["spec"]["names"]["kind"]
     return [f"{kind}.{row[0].strip('`')}" for part in ("spec", "status") if (root.get("properties") or {}).get(part)
-            for row in _children(root["properties"][part], part, {})]  # fmt: skip
+            for row in _children(root["properties"][part], part, {}, {})]  # fmt: skip
 
 
 def since(paths: list[str], recorded: dict[str, list[str]], current: str) -> dict[str, list[str]]:
@@ -178,11 +178,11 @@ def since(paths: list[str], recorded: dict[str, list[str]], current: str) -> dic
     return {v: sorted(ps) for v, ps in sorted(out.items(), key=lambda kv: [int(x) for x in kv[0].split(".")])}
 
 
-def reference(kinds: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """The whole page from (CRD, {field path: default}) per kind, in the order given."""
+def reference(kinds: list[tuple[dict[str, Any], dict[str, Any], dict[str, str]]]) -> str:
+    """The whole page from (CRD, {field path: default}, {field path: release}) per kind, in the order given."""
     version = next(v["name"] for v in kinds[0][0]["spec"]["versions"] if v.get("storage"))
-    toc = "\n".join(f"- [{c['spec']['names']['kind']}](#{c['spec']['names']['kind'].lower()})" for c, _ in kinds)
-    return HEADER.format(version=version, toc=toc) + "\n" + "\n".join(kind_section(c, known) for c, known in kinds)
+    toc = "\n".join(f"- [{c['spec']['names']['kind']}](#{c['spec']['names']['kind'].lower()})" for c, _, _ in kinds)
+    return HEADER.format(version=version, toc=toc) + "\n" + "\n".join(kind_section(c, known, since) for c, known, since in kinds)
 
 
 def generate() -> tuple[str, dict[str, list[str]]]:
@@ -194,8 +194,7 @@ def generate() -> tuple[str, dict[str, list[str]]]:
     kinds = []
     for c, info in zip(crds, KINDS.values(), strict=True):
         prefix = c["spec"]["names"]["kind"] + "."
-        kinds.append((c, {**defaults(info.spec_model, "spec"), SINCE: {p.removeprefix(prefix): v for p, v in appeared.items()
-                                                                          if p.startswith(prefix)}}))  # fmt: skip
+        kinds.append((c, defaults(info.spec_model, "spec"), {p.removeprefix(prefix): v for p, v in appeared.items() if p.startswith(prefix)}))
     return reference(kinds), record
 
 

@@ -72,7 +72,8 @@ class Jobs:
         queue = await queue_observed(ctx, resource, job) if resource.spec.queue is not None else None
         if isinstance(resource, PoolingJob):
             plan = desired.built.plan
-            return pooling_job_status(resource, job, configmap, pods, refusals, queue, plan.workload if plan else None), True
+            assert plan is not None  # a valid job always has one (no policy can refuse it)
+            return pooling_job_status(resource, job, configmap, pods, refusals, queue, w=plan.workload), True
         return job_status(resource, job, configmap, pods, refusals, queue), True
 
     async def after(self, ctx: Context, memory: Memory, body: dict[str, Any], desired: Desired, status: dict[str, Any],

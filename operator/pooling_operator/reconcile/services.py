@@ -36,7 +36,7 @@ from pooling_operator.status.services import (
 )
 from pooling_operator.status.startup import Startup, merged, pod_startups
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import Workload, workload
+from pooling_operator.vllm.workload import workload
 
 CATCH_UP_SECONDS = 10.0
 STARTUP = Histogram(
@@ -74,7 +74,7 @@ class Services:
         if waiting is not None:
             return waiting
         if isinstance(b.resource, PoolingService):
-            space = _embedding_space_problems(b.resource, b.plan.workload if b.plan else None, body.get("status") or {})
+            space = _embedding_space_problems(b.resource, body.get("status") or {})
             if space:
                 return Desired(b, space, C.EMBEDDING_SPACE_CHANGED)
             if claimed := space_problems(ctx, body):
@@ -195,11 +195,12 @@ async def _namespace_labels(ctx: Context, namespace: str | None, policies: Polic
     return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
 
 
-def _embedding_space_problems(resource: PoolingService, served: Workload | None, old_status: dict[str, Any]) -> list[Problem]:
+def _embedding_space_problems(resource: PoolingService, old_status: dict[str, Any]) -> list[Problem]:
     """The embeddingSpace rule, for clusters where it was not enforced at admission: the twin of the CEL rule, which
-    compares the spec. The published fingerprint is the served one (a ModelCache's commit as the revision); a
-    model read from a cache without a pin has no revision in its spec to compare (with a label a pin is required,
-    storage_rules), so its fingerprint may move with the cache, and an older operator published it unresolved."""
+    compares the spec. The published fingerprint is the served one (builders.common.served); it is the spec's for a
+    pinned model (a cache's commit must equal the pin), but a model read from a cache without a pin has no revision
+    in its spec to compare (with a label a pin is required, storage_rules): its fingerprint may move with the
+    cache, and an older operator published it unresolved."""
     old = old_status.get("embeddingSpace") or {}
     if not old.get("fingerprint"):
         return []
@@ -208,7 +209,7 @@ def _embedding_space_problems(resource: PoolingService, served: Workload | None,
     source = resource.spec.model.source
     if source is not None and source.cache is not None and not resource.spec.model.revision:
         return []
-    if old["fingerprint"] == embedding_fingerprint(served or workload(resource)):
+    if old["fingerprint"] == embedding_fingerprint(workload(resource)):
         return []
     return [Problem("spec.embeddingSpace", M.EMBEDDING_SPACE)]
 

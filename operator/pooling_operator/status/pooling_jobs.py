@@ -11,7 +11,7 @@ from pooling_operator.api.pooling_job_contract import CHECKED, PROGRESS_LINES, v
 from pooling_operator.status.jobs import common_job_status, storage_status
 from pooling_operator.status.queue import QueueObserved
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
-from pooling_operator.vllm.workload import Workload, workload
+from pooling_operator.vllm.workload import Workload
 
 
 def _int(p: dict[str, Any], key: str) -> int:
@@ -35,8 +35,9 @@ def vector_estimate(progress: dict[int, dict[str, Any]], shards: int) -> tuple[i
 def pooling_job_status(
     resource: PoolingJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
-    queue: QueueObserved | None = None, w: Workload | None = None,
+    queue: QueueObserved | None = None, *, w: Workload,
 ) -> dict[str, Any]:
+    """`w`: the job's workload as the plan serves it (builders.common.served), whose fingerprint its run records carry."""
     status, progress = common_job_status(resource, job, configmap, pods, refusals, queue)
     spec = resource.spec
     lines = [_int(p, PROGRESS_LINES) for p in progress.values() if _int(p, PROGRESS_LINES)]
@@ -48,7 +49,7 @@ def pooling_job_status(
     if dims:
         vectors["dimension"] = max(dims)
     status["vectors"] = vectors
-    space: dict[str, Any] = {"fingerprint": embedding_fingerprint(w or workload(resource))}  # w: as served (plan)
+    space: dict[str, Any] = {"fingerprint": embedding_fingerprint(w)}
     if spec.embedding_space:
         space["label"] = spec.embedding_space
     status["embeddingSpace"] = space
