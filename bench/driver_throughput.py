@@ -103,7 +103,7 @@ def run_profile(name: str, base: Path) -> None:
             args[args.index("--layers") + 1] = ",".join(str(i) for i in range(layers))
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            result = subprocess.run([sys.executable, "-c", "import sys; from pooling_operator.hidden_states.cli import "
+            result = subprocess.run([sys.executable, "-c", "import sys; from pooling_operator.pods.hidden_states.cli import "
                                      "main; sys.exit(main(sys.argv[1:]))", *args], cwd=ROOT, env=env(),
                                     capture_output=True, text=True)
             driver_s = time.perf_counter() - started

@@ -31,7 +31,7 @@ KILL_OPS = ("write", "fsync", "rename", "replace")
 def _arm(op: str, when: str, n: int, file: str | None = None) -> None:
     import threading
 
-    from pooling_operator.hidden_states import files
+    from pooling_operator.pods.shard import files
 
     real = getattr(files.DISK, op)
     lock = threading.Lock()
@@ -71,7 +71,7 @@ def _exdev() -> None:
     """vLLM's staging folder as if on another filesystem: the move becomes a copy and a rename."""
     import errno
 
-    from pooling_operator.hidden_states import files
+    from pooling_operator.pods.shard import files
 
     real = files.Disk.rename
 
@@ -87,7 +87,9 @@ def crash_loop(schedule: list[dict[str, Any]], runs: Path, driver_args: list[str
     import shutil
     import time
 
-    from pooling_operator.hidden_states import cli, driver, pooling_cli, pooling_driver  # noqa: F401 (imported once, before the forks)
+    from pooling_operator.pods.hidden_states import cli, driver  # noqa: F401 (imported once, before the forks)
+    from pooling_operator.pods.vectors import cli as pooling_cli
+    from pooling_operator.pods.vectors import driver as pooling_driver  # noqa: F401
 
     main = pooling_cli.main if driver_args[:1] == ["pooling-job"] else cli.main
 

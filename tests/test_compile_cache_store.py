@@ -1,4 +1,4 @@
-"""The compile-cache store (compile_cache/store.py): an entry is whole or absent; a half-written, corrupt or
+"""The compile-cache store (pods/compile_cache/store.py): an entry is whole or absent; a half-written, corrupt or
 foreign entry is a miss that never fails a start; one writer per key at a time."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pooling_operator.compile_cache.store import LOCK_STALE_SECONDS, MANIFEST, check, restore, save
+from pooling_operator.pods.compile_cache.store import LOCK_STALE_SECONDS, MANIFEST, check, restore, save
 
 KEY = "k" * 16
 

@@ -20,8 +20,8 @@ import pytest
 
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.hidden_states.driver import Config, Driver
-from pooling_operator.hidden_states.manifest import (
+from pooling_operator.pods.hidden_states.driver import Config, Driver
+from pooling_operator.pods.shard.manifest import (
     Entry,
     FailedLog,
     ManifestWriter,
@@ -29,7 +29,7 @@ from pooling_operator.hidden_states.manifest import (
     file_name,
     resume,
 )
-from pooling_operator.hidden_states.progress import Counts, Reporter
+from pooling_operator.pods.shard.progress import Counts, Reporter
 from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import FAILURE_REASONS, IGNORED_STATES, job_status
 from pooling_operator.vllm.contract import contract

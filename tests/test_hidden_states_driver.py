@@ -21,21 +21,16 @@ from hypothesis import strategies as st
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
 from pooling_operator.api.hidden_state_contract import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
-from pooling_operator.hidden_states import budget as budget_mod
-from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes
-from pooling_operator.hidden_states.cli import main
-from pooling_operator.hidden_states.dataset import BadLine, Sample, owns, parse_line, read_shard
-from pooling_operator.hidden_states.driver import Config, Driver
-from pooling_operator.hidden_states.files import (
-    Expectation,
-    InvalidFile,
-    header_length,
-    inspect_file,
-    parse_header,
-)
-from pooling_operator.hidden_states.manifest import Entry, ShardPaths, file_name, resume
-from pooling_operator.hidden_states.progress import Counts, Reporter
 from pooling_operator.k8s.progress import ProgressConfigMap, pod_namespace, progress_configmap
+from pooling_operator.pods.hidden_states.cli import main
+from pooling_operator.pods.hidden_states.driver import Config, Driver
+from pooling_operator.pods.hidden_states.files import Expectation, inspect_file
+from pooling_operator.pods.shard import budget as budget_mod
+from pooling_operator.pods.shard.budget import Budget, estimate_file_bytes
+from pooling_operator.pods.shard.dataset import BadLine, Sample, owns, parse_line, read_shard
+from pooling_operator.pods.shard.manifest import Entry, ShardPaths, file_name, resume
+from pooling_operator.pods.shard.progress import Counts, Reporter
+from pooling_operator.pods.shard.tensors import InvalidFile, header_length, parse_header
 from tests.hidden_states_support import (
     HIDDEN,
     check_output,

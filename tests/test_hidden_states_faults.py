@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.hidden_states import files
-from pooling_operator.hidden_states.driver import Config, Driver
-from pooling_operator.hidden_states.manifest import ShardPaths
+from pooling_operator.pods.hidden_states.driver import Config, Driver
+from pooling_operator.pods.shard import files
+from pooling_operator.pods.shard.manifest import ShardPaths
 from pooling_operator.status import conditions as C
 from pooling_operator.status.jobs import job_status
 from pooling_operator.vllm.validate import validate
@@ -336,8 +336,8 @@ def test_a_record_write_that_meets_a_full_volume_leaves_no_temporary_file(tmp_pa
     """The run record is rewritten in the driver's ``finally`` after the volume filled; its temporary file must
     go with the failure, as every other atomic write's does (the tmpfs case saw ``run.json.tmp`` left when
     the last sample in flight took the last bytes). /dev/full answers every write with ENOSPC."""
-    from pooling_operator.hidden_states.manifest import write_json_atomically
-    from pooling_operator.hidden_states.record import RunRecord, write_record
+    from pooling_operator.pods.shard.files import write_json_atomically
+    from pooling_operator.pods.shard.record import RunRecord, write_record
 
     target = tmp_path / name
     (tmp_path / f"{name}.tmp").symlink_to("/dev/full")  # the temporary name's bytes land on a full device

@@ -13,8 +13,8 @@ import pytest
 from e2e.standin.server import STANDIN_VERSION
 from pooling_operator.api import HiddenStateJob
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.hidden_states.cli import add_parser, config_from
-from pooling_operator.hidden_states.manifest import ShardPaths
+from pooling_operator.pods.hidden_states.cli import add_parser, config_from
+from pooling_operator.pods.shard.manifest import ShardPaths
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.validate import validate
 from tests import factories

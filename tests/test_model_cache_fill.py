@@ -1,4 +1,4 @@
-"""A ModelCache's fill (model_cache/fill.py) against the Hub stand-in on loopback (e2e/standin/hub.py):
+"""A ModelCache's fill (pods/model_cache/fill.py) against the Hub stand-in on loopback (e2e/standin/hub.py):
 huggingface_hub's own snapshot_download and verify_repo_checksums, the hub-cache layout, never a snapshot
 overwritten, and every failure a reason the ModelCache's condition carries."""
 
@@ -13,7 +13,7 @@ import pytest
 from e2e.standin.hub import Hub, Repo
 from pooling_operator.api import cache_fill_contract as F
 from pooling_operator.cli import main
-from pooling_operator.model_cache.fill import FillError, classify, fill
+from pooling_operator.pods.model_cache.fill import FillError, classify, fill
 
 REPO = "acme/tiny-embedder"
 

@@ -19,10 +19,10 @@ from safetensors.numpy import load_file
 
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
-from pooling_operator.hidden_states import files
-from pooling_operator.hidden_states.dataset import BadLine, Sample, parse_line, read_shard
-from pooling_operator.hidden_states.pooling_driver import PoolingConfig, PoolingDriver, batches
-from pooling_operator.hidden_states.vectors import part_header, write_part
+from pooling_operator.pods.shard import files
+from pooling_operator.pods.shard.dataset import BadLine, Sample, parse_line, read_shard
+from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver, batches
+from pooling_operator.pods.vectors.parts import part_header, write_part
 from tests.hidden_states_support import failed_lines, manifest_lines
 from tests.pooling_support import (
     POOLING_DIM,

@@ -15,8 +15,8 @@ from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
 from pooling_operator.cli import main as operator_main
 from pooling_operator.cli import parser as operator_parser
-from pooling_operator.hidden_states.pooling_cli import config_from
-from pooling_operator.hidden_states.pooling_driver import preflight
+from pooling_operator.pods.vectors.cli import config_from
+from pooling_operator.pods.vectors.driver import preflight
 from tests.hidden_states_support import (
     DRIVER,
     ROOT,

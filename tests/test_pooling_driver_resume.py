@@ -17,9 +17,9 @@ import pytest
 
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
-from pooling_operator.hidden_states.manifest import ShardPaths
-from pooling_operator.hidden_states.pooling_driver import PoolingConfig, PoolingDriver
-from pooling_operator.hidden_states.vectors import parse_vector_entry, resume_vectors
+from pooling_operator.pods.shard.manifest import ShardPaths
+from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver
+from pooling_operator.pods.vectors.parts import parse_vector_entry, resume_vectors
 from tests.crash_loop_support import run_crash_loop
 from tests.hidden_states_support import manifest_lines, run_driver
 from tests.pooling_support import (

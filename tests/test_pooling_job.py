@@ -143,7 +143,7 @@ def test_the_vector_dtype_follows_an_explicit_engine_dtype_and_auto_keeps_float3
 
 
 def test_the_rendered_flags_are_exactly_what_the_driver_cli_parses() -> None:
-    from pooling_operator.hidden_states import pooling_cli as cli
+    from pooling_operator.pods.vectors import cli
 
     pod = objects({"output": {"storageBudget": "1Gi"}})["Job"]["spec"]["template"]["spec"]
     for container in (pod["initContainers"][0], pod["containers"][0]):

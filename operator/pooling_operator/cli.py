@@ -19,11 +19,11 @@ from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulat
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache, claim_name
 from pooling_operator.builders.caches import revision as cache_revision
-from pooling_operator.compile_cache.cli import add_parser as add_compile_cache_parser
-from pooling_operator.hidden_states.cli import add_parser as add_hidden_states_parser
-from pooling_operator.hidden_states.pooling_cli import add_parser as add_pooling_job_parser
 from pooling_operator.manifests import ManifestError, dump_all, load
-from pooling_operator.model_cache.cli import add_parser as add_model_cache_parser
+from pooling_operator.pods.compile_cache.cli import add_parser as add_compile_cache_parser
+from pooling_operator.pods.hidden_states.cli import add_parser as add_hidden_states_parser
+from pooling_operator.pods.model_cache.cli import add_parser as add_model_cache_parser
+from pooling_operator.pods.vectors.cli import add_parser as add_pooling_job_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.embedding_space import space_clashes
 from pooling_operator.vllm.rules import Settings

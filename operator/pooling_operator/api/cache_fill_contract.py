@@ -1,4 +1,4 @@
-"""The contract between a ModelCache's fill Job (model_cache/) and the operator (builders/, status/).
+"""The contract between a ModelCache's fill Job (pods/model_cache/) and the operator (builders/, status/).
 
 Defined once for both sides:
 

@@ -1,4 +1,4 @@
-"""The contract between the hidden-state driver (hidden_states/) and the operator (builders/, status/).
+"""The contract between the hidden-state driver (pods/hidden_states/) and the operator (builders/, status/).
 
 What one shard writes and the operator reads, defined once for both sides:
 

@@ -1,4 +1,4 @@
-"""The contract between the PoolingJob driver (hidden_states/, mode "vectors") and the operator (builders/,
+"""The contract between the PoolingJob driver (pods/vectors/) and the operator (builders/,
 status/).
 
 A PoolingJob's shard reuses the HiddenStateJob's contract (api/hidden_state_contract) wherever the two agree:

@@ -1,5 +1,5 @@
 """A service's compile cache on a volume (`engine.compileCache`), pure: the key of its entry and the two
-containers that move it (compile_cache/store.py does the moving).
+containers that move it (pods/compile_cache/store.py does the moving).
 
 The key is a hash of everything that makes a compiled graph another one: the image (it pins vLLM, torch and
 Triton), the contract version, the device (the GPU product, or `cpu` without a GPU), the model and its

@@ -22,7 +22,7 @@ from e2e.realvllm.runner_process import MACHINE_OVERRIDES, SMALL_SERVER_RESOURCE
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.serving import unscheduled
-from pooling_operator.compile_cache.store import MANIFEST
+from pooling_operator.pods.compile_cache.store import MANIFEST
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
 

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooling_operator.api.hidden_state_contract import EXIT_FAILED, EXIT_USAGE
+from pooling_operator.api.hidden_state_contract import EXIT_USAGE
+from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
 
 if TYPE_CHECKING:
-    from pooling_operator.hidden_states.driver import Config
-    from pooling_operator.hidden_states.progress import Sink
+    from pooling_operator.pods.hidden_states.driver import Config
 
 
 def _layers(text: str) -> tuple[int, ...]:
@@ -33,36 +32,12 @@ def _layers(text: str) -> tuple[int, ...]:
     return layers
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
-
-
 def _dtype_bytes(text: str) -> int | None:
     if text == "auto":
         return None
     if text in ("2", "4"):
         return int(text)
     raise argparse.ArgumentTypeError(f"expected 2, 4 or auto, got {text!r}")
-
-
-def _run_info(text: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
-    return doc
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
-    return value
 
 
 def add_parser(subparsers: Any) -> None:
@@ -75,8 +50,8 @@ def add_parser(subparsers: Any) -> None:
         description="Exit codes: 0 done, 1 vLLM unavailable or an unexpected error, 2 bad arguments, "
         "3 storage budget reached, 4 dataset unreadable, 5 output volume full.",
     )
-    r.add_argument("--shard", type=_non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
-    r.add_argument("--shards", type=_positive, required=True, help="number of shards")
+    r.add_argument("--shard", type=non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
+    r.add_argument("--shards", type=positive, required=True, help="number of shards")
     r.add_argument("--dataset", type=Path, required=True, help="the JSONL dataset")
     r.add_argument("--output", type=Path, required=True, help="the job's output folder")
     r.add_argument("--endpoint", required=True, help="vLLM's base URL")
@@ -85,12 +60,12 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
     r.add_argument("--dtype-bytes", type=_dtype_bytes, required=True, metavar="{2,4,auto}",
                    help="bytes per hidden-state value; auto: what the first file holds (engine.dtype auto)")  # fmt: skip
-    r.add_argument("--hidden-size", type=_positive, help="the model's hidden size (checked in every file)")
-    r.add_argument("--run-info", type=_run_info, default=None, metavar="JSON",
+    r.add_argument("--hidden-size", type=positive, help="the model's hidden size (checked in every file)")
+    r.add_argument("--run-info", type=run_info, default=None, metavar="JSON",
                    help="what the operator ran, for the run record: model, revision, image and vLLM's command")  # fmt: skip
-    r.add_argument("--budget-bytes", type=_non_negative, help="this shard's share of the storage budget")
-    r.add_argument("--concurrency", type=_positive, default=32, help="requests in flight (default 32)")
-    r.add_argument("--max-attempts", type=_positive, default=4, help="tries per sample (default 4)")
+    r.add_argument("--budget-bytes", type=non_negative, help="this shard's share of the storage budget")
+    r.add_argument("--concurrency", type=positive, default=32, help="requests in flight (default 32)")
+    r.add_argument("--max-attempts", type=positive, default=4, help="tries per sample (default 4)")
     r.add_argument("--retry-base-seconds", type=float, default=0.5, help="first retry delay, doubling (default 0.5)")
     r.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for vLLM /health (default 1800)")
     r.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default 600)")
@@ -100,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def config_from(args: argparse.Namespace) -> Config:
-    from pooling_operator.hidden_states.driver import Config
+    from pooling_operator.pods.hidden_states.driver import Config
 
     return Config(
         shard=args.shard, shards=args.shards, dataset=args.dataset, output=args.output, endpoint=args.endpoint,
@@ -131,28 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run(config: Config, configmap: str) -> int:
-    from pooling_operator.hidden_states.driver import Driver
+    from pooling_operator.pods.hidden_states.driver import Driver
 
     return await reporting(configmap, config.shard, "the HiddenStateJob driver", lambda sink: Driver(config, sink).run())
-
-
-async def reporting(configmap: str, shard: int, what: str, go: Callable[[Sink | None], Awaitable[int]]) -> int:
-    """Run a driver (`go`, given where its progress goes: the ConfigMap `configmap`, or nowhere); an unexpected
-    error is logged and exits EXIT_FAILED."""
-    writer = None
-    if configmap:
-        # Imported here: only a driver that reports needs the Kubernetes client.
-        from pooling_operator.k8s.progress import progress_configmap
-
-        writer = progress_configmap(configmap)
-    try:
-        return await go(writer.write if writer else None)
-    except Exception:
-        logging.getLogger(__name__).exception("%s of shard %d failed", what[:1].upper() + what[1:], shard)
-        return EXIT_FAILED
-    finally:
-        if writer is not None:
-            await writer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from pooling_operator.api.hidden_state_contract import EXIT_USAGE
 from pooling_operator.api.pooling_job_contract import ROUTES, VECTOR_DTYPES
-from pooling_operator.hidden_states.cli import _non_negative, _positive, _run_info, reporting
+from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
 
 if TYPE_CHECKING:
-    from pooling_operator.hidden_states.pooling_driver import PoolingConfig
-    from pooling_operator.hidden_states.progress import Sink
+    from pooling_operator.pods.shard.progress import Sink
+    from pooling_operator.pods.vectors.driver import PoolingConfig
 
 EXIT_CODES = ("Exit codes: 0 done, 1 vLLM unavailable or an unexpected error, 2 bad arguments, 3 storage budget "
               "reached, 4 dataset unreadable, 5 output volume full.")  # fmt: skip
@@ -36,8 +36,8 @@ def _seconds(text: str) -> float:
 
 
 def _shard_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shard", type=_non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
-    p.add_argument("--shards", type=_positive, required=True, help="number of shards")
+    p.add_argument("--shard", type=non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
+    p.add_argument("--shards", type=positive, required=True, help="number of shards")
     p.add_argument("--dataset", type=Path, required=True, help='the JSONL dataset: {"id", "text"} or {"id", "token_ids"}')
     p.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
 
@@ -53,13 +53,13 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--endpoint", required=True, help="vLLM's base URL")
     r.add_argument("--model", required=True, help="vLLM's served model name")
     r.add_argument("--task", choices=tuple(ROUTES), required=True, help="the pooling task vLLM serves")
-    r.add_argument("--batch-size", type=_positive, required=True, help="inputs a request")
+    r.add_argument("--batch-size", type=positive, required=True, help="inputs a request")
     r.add_argument("--dtype", choices=tuple(VECTOR_DTYPES), required=True, help="the vectors' dtype in the files")
-    r.add_argument("--run-info", type=_run_info, default=None, metavar="JSON",
+    r.add_argument("--run-info", type=run_info, default=None, metavar="JSON",
                    help="what the operator ran, for run.json: model, revision, image, command, task, embeddingSpace")  # fmt: skip
-    r.add_argument("--budget-bytes", type=_non_negative, help="this shard's share of the storage budget")
-    r.add_argument("--concurrency", type=_positive, default=4, help="batches in flight (default 4)")
-    r.add_argument("--max-attempts", type=_positive, default=4, help="tries per batch (default 4)")
+    r.add_argument("--budget-bytes", type=non_negative, help="this shard's share of the storage budget")
+    r.add_argument("--concurrency", type=positive, default=4, help="batches in flight (default 4)")
+    r.add_argument("--max-attempts", type=positive, default=4, help="tries per batch (default 4)")
     r.add_argument("--retry-base-seconds", type=float, default=0.5, help="first retry delay, doubling (default 0.5)")
     r.add_argument("--health-timeout", type=_seconds, default=1800.0, help="seconds to wait for vLLM /health (default 1800)")
     r.add_argument("--request-timeout", type=_seconds, default=600.0, help="seconds per request (default 600)")
@@ -72,7 +72,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def config_from(args: argparse.Namespace) -> PoolingConfig:
-    from pooling_operator.hidden_states.pooling_driver import PoolingConfig
+    from pooling_operator.pods.vectors.driver import PoolingConfig
 
     return PoolingConfig(
         shard=args.shard, shards=args.shards, dataset=args.dataset, output=args.output, endpoint=args.endpoint,
@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = config_from(args)
 
     async def go(sink: Sink | None) -> int:
-        from pooling_operator.hidden_states.pooling_driver import PoolingDriver
+        from pooling_operator.pods.vectors.driver import PoolingDriver
 
         return await PoolingDriver(config, sink).run()
 
@@ -114,7 +114,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def go(sink: Sink | None) -> int:
-        from pooling_operator.hidden_states.pooling_driver import preflight
+        from pooling_operator.pods.vectors.driver import preflight
 
         return await preflight(args.dataset, args.shard, args.shards, sink)
 

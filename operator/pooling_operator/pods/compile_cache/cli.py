@@ -34,7 +34,7 @@ def _logging() -> None:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from pooling_operator.compile_cache.store import restore
+    from pooling_operator.pods.compile_cache.store import restore
 
     _logging()
     restore(args.store, args.key, args.into)
@@ -50,10 +50,10 @@ def _healthy(url: str) -> bool:
 
 
 def run_save(args: argparse.Namespace) -> int:
-    from pooling_operator.compile_cache.store import save
+    from pooling_operator.pods.compile_cache.store import save
 
     _logging()
-    log = logging.getLogger("pooling_operator.compile_cache")
+    log = logging.getLogger("pooling_operator.pods.compile_cache")
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     deadline = time.monotonic() + args.wait_seconds

@@ -24,33 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pooling_operator.hidden_states.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
-from pooling_operator.hidden_states.client import Completion, Permanent, Transient, VllmClient
-from pooling_operator.hidden_states.dataset import Sample, Shard
-from pooling_operator.hidden_states.files import (
-    DTYPE_BYTES,
+from pooling_operator.pods.hidden_states.files import (
     FLOAT_DTYPES,
     Expectation,
     FileFacts,
-    InvalidFile,
     discard,
-    free_bytes,
     inspect_file,
-    move_into_place,
-    out_of_space,
-    remove,
 )
-from pooling_operator.hidden_states.manifest import (
-    TMP_SUFFIX,
-    Entry,
-    FailedLog,
-    ManifestWriter,
-    file_name,
-    resume,
-)
-from pooling_operator.hidden_states.progress import Sink
-from pooling_operator.hidden_states.record import RunRecord
-from pooling_operator.hidden_states.shard import ServerUnavailable, ShardRun
+from pooling_operator.pods.shard.budget import Budget, estimate_file_bytes, human_bytes, tokens_upper_bound
+from pooling_operator.pods.shard.client import Completion, Permanent, Transient, VllmClient
+from pooling_operator.pods.shard.dataset import Sample, Shard
+from pooling_operator.pods.shard.files import TMP_SUFFIX, free_bytes, move_into_place, out_of_space, remove
+from pooling_operator.pods.shard.manifest import Entry, FailedLog, ManifestWriter, file_name, resume
+from pooling_operator.pods.shard.progress import Sink
+from pooling_operator.pods.shard.record import RunRecord
+from pooling_operator.pods.shard.run import ServerUnavailable, ShardRun
+from pooling_operator.pods.shard.tensors import DTYPE_BYTES, InvalidFile
 
 __all__ = ["Config", "Driver", "ServerUnavailable"]
 

@@ -47,16 +47,16 @@ from pooling_operator.api.pooling_job_contract import (
     VECTOR_DTYPES,
     part_name,
 )
-from pooling_operator.hidden_states.budget import Budget, human_bytes
-from pooling_operator.hidden_states.client import Transient
-from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
-from pooling_operator.hidden_states.files import out_of_space, remove
-from pooling_operator.hidden_states.manifest import FailedLog, ManifestWriter
-from pooling_operator.hidden_states.pooling_client import Misconfigured, PoolingClient, Refused, Vectors
-from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
-from pooling_operator.hidden_states.record import RunRecord
-from pooling_operator.hidden_states.shard import ShardFailed, ShardRun
-from pooling_operator.hidden_states.vectors import (
+from pooling_operator.pods.shard.budget import Budget, human_bytes
+from pooling_operator.pods.shard.client import Transient
+from pooling_operator.pods.shard.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.pods.shard.files import out_of_space, remove
+from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter
+from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
+from pooling_operator.pods.shard.record import RunRecord
+from pooling_operator.pods.shard.run import ShardFailed, ShardRun
+from pooling_operator.pods.vectors.client import Misconfigured, PoolingClient, Refused, Vectors
+from pooling_operator.pods.vectors.parts import (
     PartLines,
     VectorEntry,
     part_header,

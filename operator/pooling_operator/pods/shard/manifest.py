@@ -32,7 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pooling_operator.api.hidden_state_contract import (
     FAILED_FIELDS,
@@ -43,12 +43,11 @@ from pooling_operator.api.hidden_state_contract import (
     SUCCESS_MARKER,
     shard_folder,
 )
-from pooling_operator.hidden_states.files import DISK, remove, write_all, write_new
+from pooling_operator.pods.shard.files import DISK, TMP_SUFFIX, fsync_path, replace_atomically, write_all
 from pooling_operator.vllm.args import storage_path
 
 log = logging.getLogger(__name__)
 
-TMP_SUFFIX = ".tmp"
 # Keeps names well under the 255-byte limit of common filesystems, with room for the hash and suffix.
 MAX_NAME = 120
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -220,37 +219,17 @@ def repair_manifest(path: Path, lines: int, bad: int, missing: int, truncate_at:
     duplicates = lines - missing - len(kept)
     if truncate_at is not None and not missing and not duplicates:
         os.truncate(path, truncate_at)
-        _fsync_path(path)
+        fsync_path(path)
     elif bad or missing or duplicates:
         replace_atomically(path, b"".join(e.line() for e in kept))
 
 
-def replace_atomically(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` or its old contents, never a mix; a failed write leaves no temporary file."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        write_new(tmp, [data])
-        DISK.replace(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
-    fsync_dir(path.parent)
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        DISK.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    _fsync_path(path)
 
 
-def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
-    replace_atomically(path, (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8"))
 
 
 class Lines:

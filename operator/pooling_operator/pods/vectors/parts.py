@@ -32,22 +32,9 @@ from pooling_operator.api.pooling_job_contract import (
     part_index,
     part_name,
 )
-from pooling_operator.hidden_states.files import (
-    DTYPE_BYTES,
-    InvalidFile,
-    header_length,
-    move_into_place,
-    parse_header,
-    remove,
-    write_new,
-)
-from pooling_operator.hidden_states.manifest import (
-    TMP_SUFFIX,
-    ShardPaths,
-    fsync_dir,
-    read_manifest,
-    repair_manifest,
-)
+from pooling_operator.pods.shard.files import TMP_SUFFIX, fsync_dir, move_into_place, remove, write_new
+from pooling_operator.pods.shard.manifest import ShardPaths, read_manifest, repair_manifest
+from pooling_operator.pods.shard.tensors import DTYPE_BYTES, InvalidFile, header_length, parse_header
 
 ALIGNMENT = 8  # safetensors aligns the data that follows its header to 8 bytes
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooling_operator.api.pooling_job_contract import ROUTES, TOKEN_TASKS, VECTOR_BYTES
-from pooling_operator.hidden_states.client import Permanent, Transient, VllmClient, _error_message
+from pooling_operator.pods.shard.client import Permanent, Transient, VllmClient, error_message
 
 METADATA_HEADER = "metadata"
 # aiohttp refuses a response header line longer than 8190 bytes by default; vLLM's metadata header takes
@@ -102,7 +102,7 @@ class PoolingClient(VllmClient):
         status, data, headers = await self._send(path, self.body(inputs))
         metadata = headers.get(METADATA_HEADER)
         if status != 200:
-            message = _error_message(status, data)
+            message = error_message(status, data)
             if status in (408, 429) or (status >= 500 and status != 501):
                 raise Transient(message, server_down=status == 503)
             if status in (400, 422) and _param(data) not in CONFIG_PARAMS:

@@ -1,5 +1,5 @@
-"""What both drivers share (the HiddenStateJob's, driver.py, and the PoolingJob's, pooling_driver.py): one
-shard's run from the dataset to the final state, the progress ticks, the pause while vLLM is down, retry
+"""What both drivers share (the HiddenStateJob's, pods/hidden_states/driver.py, and the PoolingJob's,
+pods/vectors/driver.py): one shard's run from the dataset to the final state, the progress ticks, the pause while vLLM is down, retry
 backoff, failed samples, a full output volume and the ``_SUCCESS`` marker.
 
 A subclass reads its shard's work in ``_shard`` and returns the final (state, exit code); everything around
@@ -31,18 +31,13 @@ from pooling_operator.api.hidden_state_contract import (
     OUTPUT_FULL,
     SUCCEEDED,
 )
-from pooling_operator.hidden_states.budget import Budget, human_bytes
-from pooling_operator.hidden_states.client import VllmClient
-from pooling_operator.hidden_states.dataset import DatasetUnreadable, Sample, Shard, read_shard
-from pooling_operator.hidden_states.files import out_of_space
-from pooling_operator.hidden_states.manifest import (
-    FailedLog,
-    ManifestWriter,
-    ShardPaths,
-    write_json_atomically,
-)
-from pooling_operator.hidden_states.progress import Counts, Reporter, Sink
-from pooling_operator.hidden_states.record import RUN_RECORD, RunRecord, finish, write_record
+from pooling_operator.pods.shard.budget import Budget, human_bytes
+from pooling_operator.pods.shard.client import VllmClient
+from pooling_operator.pods.shard.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.pods.shard.files import out_of_space, write_json_atomically
+from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter, ShardPaths
+from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
+from pooling_operator.pods.shard.record import RUN_RECORD, RunRecord, finish, write_record
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ class Completion:
     prompt_tokens: int | None
 
 
-def _error_message(status: int, body: bytes) -> str:
+def error_message(status: int, body: bytes) -> str:
     """vLLM's error JSON is {"error": {"message": ...}} (older: {"message": ...}); else the raw text."""
     text = body[:2000].decode("utf-8", "replace")
     try:
@@ -126,7 +126,7 @@ class VllmClient:
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         status, data, _ = await self._send(path, body)
         if status != 200:
-            message = _error_message(status, data)
+            message = error_message(status, data)
             if status in (408, 429) or status >= 500:
                 raise Transient(message, server_down=status == 503)
             raise Permanent(message)
