@@ -1,6 +1,6 @@
 """A ModelCache's children: its claim (when it asks for one by size) and its fill Job, pure.
 
-The Job runs `pooling-operator model-cache fill` (model_cache/) in the operator image, once per revision (the
+The Job runs `pooling-operator model-cache fill` (pods/model_cache/) in the operator image, once per revision (the
 Job's name carries a hash of the model and revision: a new revision is a new Job, and a finished Job is never
 applied again). Only this Job sees the token. Its result is its termination message
 (api/cache_fill_contract.py); a permanent failure (exit EXIT_PERMANENT) ends it at once through its
@@ -9,13 +9,13 @@ podFailurePolicy, anything else is retried BACKOFF_LIMIT times.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from pooling_operator import API_VERSION
 from pooling_operator.api import ModelCache
 from pooling_operator.api import cache_fill_contract as F
 from pooling_operator.api.identity import labels
+from pooling_operator.builders import names
 from pooling_operator.builders.common import CONTAINER_SECURITY, POD_SECURITY, env_var, placement, secret_env
 
 CLAIM_MOUNT = "/claim"  # where the fill Job mounts the claim
@@ -24,8 +24,7 @@ KIND = "ModelCache"
 
 def claim_name(resource: ModelCache) -> str:
     """The claim the cache lives on: the one it names, or the one created for it."""
-    storage = resource.spec.storage
-    return storage.claim_name or f"model-cache-{resource.metadata.name}"
+    return names.model_cache_claim(resource.metadata.name, resource.spec.storage.claim_name)
 
 
 def revision(resource: ModelCache) -> str:
@@ -40,8 +39,7 @@ def snapshot_path(resource: ModelCache, commit: str) -> str:
 
 def fill_job_name(resource: ModelCache) -> str:
     """One Job per model, revision and claim: a change of any fills again (a finished Job is never re-applied)."""
-    digest = hashlib.sha256(f"{resource.spec.model.name}@{revision(resource)}:{claim_name(resource)}".encode()).hexdigest()[:8]
-    return f"{resource.metadata.name[:48]}-fill-{digest}"
+    return names.fill_job(resource.metadata.name, resource.spec.model.name, revision(resource), claim_name(resource))
 
 
 def _metadata(resource: ModelCache, name: str) -> dict[str, Any]:

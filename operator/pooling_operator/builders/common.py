@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +13,7 @@ from pooling_operator.api.cache_fill_contract import HUB_FOLDER
 from pooling_operator.api.gpu import DEFAULT_GPU_RESOURCE, GpuShareSpec, ResourcesSpec
 from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import AutoscalingPolicySpec
+from pooling_operator.builders import names
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.workload import Workload
@@ -148,12 +147,7 @@ def claim_request(device_class: str, memory: str) -> dict[str, Any]:
 
 
 def claim_template_name(w: Workload, device_class: str, memory: str) -> str:
-    """`<workload>-gpu-<8 hex>`, the hash of what the template requests. A ResourceClaimTemplate's spec is
-    immutable (resource.k8s.io/v1 ResourceClaimTemplate.spec): a changed share is a new template, the rollout
-    moves the pods to it, and the old one is deleted as no longer desired (claims made from it stay with their
-    pods until those go)."""
-    digest = hashlib.sha256(json.dumps(claim_request(device_class, memory), sort_keys=True).encode()).hexdigest()[:8]
-    return f"{w.name}-{GPU_CLAIM}-{digest}"
+    return names.gpu_claim_template(w.name, GPU_CLAIM, claim_request(device_class, memory))
 
 
 def dra_claim_templates(uid: str | None, w: Workload, resources: ResourcesSpec | None) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from pooling_operator.api import HiddenStateJob, PoolingJob, kueue
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
+from pooling_operator.builders import names
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
     POD_SECURITY,
@@ -32,10 +33,6 @@ from pooling_operator.vllm.workload import Workload
 INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
 
 
-def progress_configmap_name(name: str) -> str:
-    return f"{name}-progress"
-
-
 def shard_budget_bytes(resource: HiddenStateJob | PoolingJob) -> int | None:
     """The storage budget split evenly across shards (floor), or None without a budget."""
     budget = resource.spec.output.storage_budget
@@ -52,7 +49,7 @@ def dtype_bytes(dtype: str | None) -> str:
 
 
 def run_info(resource: HiddenStateJob, w: Workload, argv: list[str]) -> str:
-    """What the driver records beside the manifest (hidden_states/record.py): the model, its revision, the
+    """What the driver records beside the manifest (pods/shard/record.py): the model, its revision, the
     image and vLLM's full command line (Kubernetes expands $(JOB_COMPLETION_INDEX) in it, as in vLLM's)."""
     doc = {"model": w.model.name, "revision": w.model.revision, "image": w.engine.image, "command": argv}
     return json.dumps(doc, separators=(",", ":"))
@@ -69,7 +66,7 @@ def driver_args(resource: HiddenStateJob, w: Workload, argv: list[str]) -> list[
         "--endpoint", f"http://127.0.0.1:{DEFAULT_PORT}",
         "--model", w.served_name,
         "--layers", ",".join(str(x) for x in spec.layers),
-        "--progress-configmap", progress_configmap_name(w.name),
+        "--progress-configmap", names.progress_configmap(w.name),
         "--dtype-bytes", dtype_bytes(spec.engine.dtype),
         "--run-info", run_info(resource, w, argv),
     ]
@@ -203,7 +200,7 @@ def job(resource: HiddenStateJob, w: Workload, argv: list[str], ctx: BuildContex
 def job_children(w: Workload, uid: str | None, job_object: dict[str, Any]) -> list[dict[str, Any]]:
     """Every child of a job kind: its ServiceAccount, a Role and RoleBinding that let the driver patch only the
     progress ConfigMap, that ConfigMap, and the Job."""
-    cm = progress_configmap_name(w.name)
+    cm = names.progress_configmap(w.name)
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(w, w.name, uid)},
         {

@@ -13,14 +13,14 @@ from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api.pooling_job_contract import vector_dtype
+from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
-        dataset_mount,
+    dataset_mount,
     driver_container,
     indexed_job,
     job_children,
     output_mount,
-    progress_configmap_name,
     shard_budget_bytes,
     sidecar,
 )
@@ -48,7 +48,7 @@ def shard_args(resource: PoolingJob, w: Workload) -> list[str]:
         "--shard", "$(JOB_COMPLETION_INDEX)",
         "--shards", str(spec.shards),
         "--dataset", posixpath.join(DATASET_MOUNT, spec.dataset.volume.path.lstrip("/")),
-        "--progress-configmap", progress_configmap_name(w.name),
+        "--progress-configmap", names.progress_configmap(w.name),
     ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob
+from pooling_operator.builders import names
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -61,7 +62,7 @@ class Jobs:
         resource = desired.built.resource
         assert isinstance(resource, HiddenStateJob | PoolingJob)
         job = current.get(("Job", meta["name"]))
-        configmap = current.get(("ConfigMap", f"{meta['name']}-progress"))
+        configmap = current.get(("ConfigMap", names.progress_configmap(meta["name"])))
         pods = ctx.cache.pods_of(owner_key(body))
         refusals: list[dict[str, Any]] = []
         if job is not None and not pods and not (job.get("status") or {}).get("active"):
