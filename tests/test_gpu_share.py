@@ -11,9 +11,9 @@ import pytest
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.services import GpuShareStatus
 from pooling_operator.builders import BuildContext, plan
-from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.vllm import memory
 from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS
+from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 from pooling_operator.vllm.workload import workload
@@ -112,8 +112,8 @@ def test_whole_gpus_stay_the_default_and_unchanged() -> None:
     doc = pooling({"resources": {"gpu": {"count": 1, "product": H100}}})
     p = rendered(doc)
     assert p["resources"]["limits"] == {"nvidia.com/gpu": "1"} and "--gpu-memory-utilization" not in p["args"]
-    assert gpus_per_pod(ResourcesSpec.model_validate({"gpu": {"count": 2}})) == 2.0
-    assert gpus_per_pod(None) == 1.0
+    assert gpus_held(ResourcesSpec.model_validate({"gpu": {"count": 2}})) == 2.0
+    assert gpus_held(None) == 1.0
 
 
 def rendered(doc: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def test_rendered(gpu: dict[str, Any], limits: dict[str, str], util: float, gpus
     assert {k: v for k, v in out["resources"].get("limits", {}).items() if k != "memory"} == limits
     args = out["args"]
     assert float(args[args.index("--gpu-memory-utilization") + 1]) == util
-    assert gpus_per_pod(ResourcesSpec.model_validate({"gpu": gpu})) == pytest.approx(gpus)
+    assert gpus_held(ResourcesSpec.model_validate({"gpu": gpu})) == pytest.approx(gpus)
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in out["pod"]["tolerations"]
     dra = gpu["share"]["via"] == "dra"
     assert ("resourceClaims" in out["pod"]) is dra and ("claims" in out["resources"]) is dra
@@ -289,7 +289,7 @@ def test_a_pooling_job_on_a_share_is_sized_and_requests_it_as_a_service(gpu: dic
     # the share's resource is what the Job's pod requests: Kueue's quota counts it so
     assert {k: v for k, v in vllm["resources"].get("limits", {}).items() if k != "memory"} == limits
     assert float(vllm["args"][vllm["args"].index("--gpu-memory-utilization") + 1]) == util
-    assert gpus_per_pod(r.resource.spec.resources) == pytest.approx(gpus)  # type: ignore[union-attr]
+    assert gpus_held(r.resource.spec.resources) == pytest.approx(gpus)  # type: ignore[union-attr]
     dra_share = gpu["share"]["via"] == "dra"
     assert ("resourceClaims" in pod) is dra_share and ("claims" in vllm["resources"]) is dra_share
     if dra_share:

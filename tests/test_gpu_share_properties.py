@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.builders import BuildContext, plan
-from pooling_operator.builders.common import TIME_SLICED_RESOURCE, gpus_per_pod
+from pooling_operator.builders.common import TIME_SLICED_RESOURCE
 from pooling_operator.vllm import memory
 from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS
+from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.rules import Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
@@ -98,7 +99,7 @@ def test_a_shared_pod_asks_for_what_its_bound_allows(doc: dict[str, Any]) -> Non
     assert math.ceil(device * util) <= share_bytes <= device  # vLLM's request never above the share
     assert share_bytes - device * util <= device * 1e-4 + 1  # and short of it by at most the rounding
     assert memory.minimum(result.workload).total <= share_bytes  # type: ignore[arg-type]
-    held = gpus_per_pod(ResourcesSpec.model_validate(doc["spec"]["resources"]))
+    held = gpus_held(ResourcesSpec.model_validate(doc["spec"]["resources"]))
     assert 0 < held <= 1
     if share.via != "mig":
         assert math.isclose(held, share_bytes / memory.product_memory(gpu))  # type: ignore[operator]

@@ -116,7 +116,7 @@ class Budget:
 
     `limit` is the policy's `limits.maxGPUsPerNamespace`; `held` is what the namespace's autoscaled services hold
     then — this service's current replicas, the scale-downs decided this period and the growth granted before it
-    included; `per_replica` is what one replica of this service holds (`builders.common.gpus_per_pod`: a whole
+    included; `per_replica` is what one replica of this service holds (`vllm.memory.gpus_held`: a whole
     count today, a share once GPU sharing lands). Fixed-replica services are not in `held`: the budget bounds
     what autoscaling may add."""
 

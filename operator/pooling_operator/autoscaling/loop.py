@@ -40,11 +40,11 @@ from pooling_operator.autoscaling.decide import (
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.status.startup import typical_seconds
+from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.metrics import Queries, service_queries
 
 log = logging.getLogger(__name__)
@@ -63,15 +63,15 @@ def autoscaled(deployment: dict[str, Any]) -> bool:
 
 
 def owner_gpus(owner: dict[str, Any] | None) -> float:
-    """GPUs one pod holds, from its owner's spec.resources (`gpus_per_pod`, the one function); the default when
+    """GPUs one pod holds, from its owner's spec.resources (`gpus_held`, the one function); the default when
     the owner is gone (its children are being collected) or its resources no longer parse."""
     raw = ((owner or {}).get("spec") or {}).get("resources")
     try:
-        return gpus_per_pod(ResourcesSpec.model_validate(raw) if raw is not None else None)
+        return gpus_held(ResourcesSpec.model_validate(raw) if raw is not None else None)
     except ValueError:
         name = (owner or {}).get("metadata", {}).get("name")
         log.warning("Counting %s's pods at the default GPUs per pod: its spec.resources does not parse", name)
-        return gpus_per_pod(None)
+        return gpus_held(None)
 
 
 def held_by_autoscaled(deployments: Iterable[dict[str, Any]], owner: Callable[[dict[str, Any]], dict[str, Any] | None]) -> float:
@@ -88,7 +88,7 @@ class Tracked:
     kind: str
     namespace: str
     name: str
-    gpus: float  # per replica (gpus_per_pod)
+    gpus: float  # per replica (gpus_held)
     targets: AutoscalingTargets
     queries: Queries
     decides: bool  # backend operator; keda services only count towards the GPU budget
@@ -145,7 +145,7 @@ class Autoscaler:
         namespace = resource.metadata.namespace or "default"
         settings = {
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
-            "gpus": gpus_per_pod(resource.spec.resources), "targets": targets,
+            "gpus": gpus_held(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
         }
         before = self.services.get(resource.metadata.uid)

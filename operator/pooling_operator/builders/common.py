@@ -195,15 +195,6 @@ def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
     return out
 
 
-def gpus_per_pod(resources: ResourcesSpec | None) -> float:
-    """The GPUs one pod of a workload holds, from its owner's `spec.resources`: the one function the namespace
-    GPU budget, `status.autoscaling` and `simulate` count with. Whole GPUs: the count of `resources.gpu`, under
-    whatever resource it names (`nvidia.com/gpu`, a MIG slice under the single strategy, `amd.com/gpu`), one
-    unit one GPU. A share: the fraction it is (vllm/memory.gpus_held: its memory over the device's, or the MIG
-    slice over the product). Default: 1."""
-    return gpus_held(resources)
-
-
 def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) -> dict[str, Any]:
     """nodeSelector (with the GPU product), tolerations (with the GPU taint), affinity, priority class."""
     spec: dict[str, Any] = {}
@@ -214,7 +205,7 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
     if selector:
         spec["nodeSelector"] = dict(sorted(selector.items()))
     tolerations = [t.wire() for t in template.tolerations or []] if template else []
-    if gpus_per_pod(resources):
+    if gpus_held(resources):
         # GPU nodes are tainted with their GPU resource's name (nvidia.com/gpu for every share: MIG and
         # time-sliced resources live on the same nodes)
         resource_name = gpu.whole_resource if gpu and gpu.share is None else DEFAULT_GPU_RESOURCE

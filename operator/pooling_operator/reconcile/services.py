@@ -30,8 +30,8 @@ from pooling_operator.status import conditions as C
 from pooling_operator.status.services import (
     WHOLE_DEVICE,
     degraded_by_time,
+    gpus_as_placed,
     placed_whole,
-    pod_gpus,
     service_status,
 )
 from pooling_operator.status.startup import Startup, merged, pod_startups
@@ -48,7 +48,7 @@ STARTUP = Histogram(
 GPUS_HELD = Gauge(
     "vllm_pooling_operator_gpus_held",
     "GPUs a service's pods hold now, for chargeback: its Deployment's pods x what one pod holds (whole GPUs, or the "
-    "fraction a share is, or a whole device where its DRA capacity request was dropped: status.services.pod_gpus). "
+    "fraction a share is, or a whole device where its DRA capacity request was dropped: status.services.gpus_as_placed). "
     "Dropped when the service goes.",
     ["kind", "namespace", "name"],
 )
@@ -115,7 +115,7 @@ class Services:
         assert isinstance(resource, PoolingService | ScoringService)
         whole_device = placed_whole(status)
         GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set(
-            (status.get("replicas") or 0) * pod_gpus(resource, whole_device))
+            (status.get("replicas") or 0) * gpus_as_placed(resource, whole_device))
         if whole_device and (meta["uid"], "GpuShareNotHonoured") not in memory.warned:
             memory.warned.add((meta["uid"], "GpuShareNotHonoured"))
             ctx.event(body, "Warning", "GpuShareNotHonoured", f"spec.resources.gpu.share.memory is not what each pod gets: {WHOLE_DEVICE}.")

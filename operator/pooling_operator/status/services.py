@@ -77,9 +77,9 @@ def claim_capacity_dropped(template: dict[str, Any] | None) -> bool:
     return bool(requests) and not any(((r.get("exactly") or {}).get("capacity") or {}).get("requests") for r in requests)
 
 
-def pod_gpus(resource: PoolingService | ScoringService, whole_device: bool = False) -> float:
-    """What one pod holds, as the cluster placed it: whole GPUs or the share's fraction (vllm.memory.gpus_held,
-    which builders.common.gpus_per_pod is), or one whole device where a DRA claim's capacity request was dropped."""
+def gpus_as_placed(resource: PoolingService | ScoringService, whole_device: bool = False) -> float:
+    """What one pod holds as the cluster placed it: what the spec asks (vllm.memory.gpus_held), or one whole
+    device where a DRA claim's capacity request was dropped."""
     return 1.0 if whole_device else memory.gpus_held(resource.spec.resources)
 
 
@@ -99,7 +99,7 @@ def share_status(resource: PoolingService | ScoringService | PoolingJob, w: Work
     if util is not None:
         out["gpuMemoryUtilization"] = util
     dropped = claim_capacity_dropped(claim_template)
-    out["gpus"] = round(pod_gpus(resource, dropped), 4)
+    out["gpus"] = round(gpus_as_placed(resource, dropped), 4)
     out["isolation"] = ISOLATION[gpu.share.via]
     if dropped:
         out["allocation"] = WHOLE_DEVICE

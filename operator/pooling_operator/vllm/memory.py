@@ -197,8 +197,12 @@ def share_fraction(gpu: GpuSpec) -> float | None:
 
 
 def gpus_held(resources: ResourcesSpec | None) -> float:
-    """The GPUs one pod holds: a share's fraction, else the whole count (default 1). A share whose device is
-    unknown counts as one whole GPU (it is refused before a pod exists; this is the budget's safe side)."""
+    """The GPUs one pod of a workload holds, from its owner's `spec.resources`: the one function the namespace
+    GPU budget, `status.autoscaling`, the gpus-held series and `simulate` count with. Whole GPUs: the count of
+    `resources.gpu`, under whatever resource it names (`nvidia.com/gpu`, a MIG slice under the single strategy,
+    `amd.com/gpu`), one unit one GPU. A share: the fraction it is (its memory over the device's, or the MIG
+    slice over the product). Default: 1. A share whose device is unknown counts as one whole GPU (it is refused
+    before a pod exists; this is the budget's safe side)."""
     gpu = resources.gpu if resources else None
     if gpu is None:
         return 1.0

@@ -15,7 +15,7 @@ clock. What they share:
   with no throughput cost) to show its share of the figure.
 
 Per service the result is `simulate.Result` (GPU-minutes are what chargeback counts: pod-minutes x the share's
-fraction, `builders.common.gpus_per_pod`); for the namespace, `device_minutes`: minutes each device held at
+fraction, `vllm.memory.gpus_held`); for the namespace, `device_minutes`: minutes each device held at
 least one pod, what the cluster pays for.
 """
 

@@ -41,8 +41,8 @@ from pooling_operator.autoscaling.simulator.promql import Prometheus
 from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace, arrivals
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.builders.common import gpus_per_pod
 from pooling_operator.builders.services import scaled_object
+from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries, service_queries
 
 POLICIES = ("operator", "hpa-queue", "keda", "oracle")
@@ -69,7 +69,7 @@ class Setup:
     params: ServiceParams
     targets: AutoscalingTargets
     queries: Queries
-    gpus_per_replica: float = 1.0  # builders.common.gpus_per_pod
+    gpus_per_replica: float = 1.0  # vllm.memory.gpus_held
     scrape_interval: float = DEFAULT_SCRAPE_SECONDS
     seed: int = 0
     initial_replicas: int | None = None  # ready at t = 0; `run` defaults to minReplicas (at least 1)
@@ -379,7 +379,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     targets = resolve_targets(resource, policy)
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
-    return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_per_pod(resource.spec.resources),
+    return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_held(resource.spec.resources),
                  scrape_interval, seed, initial_replicas)
 
 
