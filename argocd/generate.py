@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pooling_operator.api.resources import KINDS
+
 ROOT = Path(__file__).resolve().parent
 CUSTOMIZATIONS = ROOT / "resource_customizations" / "vllm-pooling.io"
 CM = ROOT / "argocd-cm.yaml"
@@ -78,12 +80,10 @@ JOB = Check(
     ),
     otherwise=("Progressing", "Waiting for the shards"),
 )
-CHECKS: dict[str, Check] = {
-    "PoolingService": SERVICE,
-    "ScoringService": SERVICE,
-    "HiddenStateJob": JOB,
-    "PoolingJob": JOB,
-    "ModelCache": Check(
+BY_FAMILY: dict[str, Check] = {
+    "service": SERVICE,
+    "job": JOB,
+    "cache": Check(
         about=(
             "Argo CD health of a vllm-pooling.io ModelCache: Degraded when the fill failed (Failed=True: its reason",
             "and message) or the spec breaks a rule (SpecValid=False), Healthy when Ready (a verified snapshot is",
@@ -94,7 +94,7 @@ CHECKS: dict[str, Check] = {
         rules=(INVALID, Rule("Failed", "True", "Degraded", "Failed"), Rule("Ready", "True", "Healthy", "Ready")),
         otherwise=("Progressing", "Filling"),
     ),
-    "AutoscalingPolicy": Check(
+    "policy": Check(
         about=(
             "Argo CD health of a vllm-pooling.io AutoscalingPolicy (cluster-scoped): Healthy when Ready (its spec",
             "holds; the message says how many services follow it), Degraded when the spec breaks a rule",
@@ -106,6 +106,8 @@ CHECKS: dict[str, Check] = {
         otherwise=("Ready", "Waiting for the operator"),
     ),
 }
+# One script a kind, by its family in the kinds table: a kind added there gets its family's check.
+CHECKS: dict[str, Check] = {kind: BY_FAMILY[info.family] for kind, info in KINDS.items()}
 BASE_LUA = "Uses only base Lua (argocd-cm scripts get no string/math libraries by default)."
 
 

@@ -4,17 +4,13 @@ re-list) reads them: one place for both (../shared/DESIGN.md, "labels on every c
 
 from __future__ import annotations
 
+from pooling_operator.api.resources import KINDS
+
 MANAGED_BY = "vllm-pooling-operator"
 MANAGED_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}  # on every child: what the operator watches and lists
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 COMPONENT_LABEL = "app.kubernetes.io/component"
-COMPONENTS = {
-    "PoolingService": "pooling-service",
-    "ScoringService": "scoring-service",
-    "HiddenStateJob": "hidden-state-job",
-    "PoolingJob": "pooling-job",
-    "ModelCache": "model-cache",
-}
+COMPONENTS = {kind: info.component for kind, info in KINDS.items() if info.component}  # from the kinds table
 COMPONENT_KINDS = {component: kind for kind, component in COMPONENTS.items()}
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pooling_operator import GROUP, VERSION
 from pooling_operator.api.kueue import API_VERSION as KUEUE_API_VERSION
+from pooling_operator.api.resources import FAMILY_KINDS
 from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
 
 Role = Literal["owner", "policy", "child", "pod", "namespace", "queue", "read"]
@@ -46,20 +47,15 @@ class Kind:
         return base
 
 
-def _ours(kind: str, role: Role) -> Kind:
+def _ours(kind: str) -> Kind:
     info = RESOURCE_KINDS[kind]
-    return Kind(f"{GROUP}/{VERSION}", kind, info.plural, info.namespaced, role)
+    return Kind(f"{GROUP}/{VERSION}", kind, info.plural, info.namespaced, "policy" if info.family == "policy" else "owner")
 
 
 KINDS: dict[str, Kind] = {
     k.kind: k
     for k in (
-        _ours("PoolingService", "owner"),
-        _ours("ScoringService", "owner"),
-        _ours("HiddenStateJob", "owner"),
-        _ours("PoolingJob", "owner"),
-        _ours("ModelCache", "owner"),
-        _ours("AutoscalingPolicy", "policy"),
+        *(_ours(kind) for kind in RESOURCE_KINDS),
         Kind("apps/v1", "Deployment", "deployments", role="child"),
         Kind("batch/v1", "Job", "jobs", role="child"),
         Kind("v1", "Service", "services", role="child"),
@@ -87,9 +83,11 @@ KINDS: dict[str, Kind] = {
 OWNER_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "owner")
 CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
 # The kinds whose reconcile makes a Job that Kueue may admit (spec.queue): a Workload's Job is their child.
-QUEUED_KINDS = ("HiddenStateJob", "PoolingJob")
+QUEUED_KINDS = FAMILY_KINDS["job"]
 # The kinds whose spec.embeddingSpace claims a label for one vector space in their namespace.
-SPACE_KINDS = ("PoolingService", "PoolingJob")
+SPACE_KINDS = tuple(kind for kind, info in RESOURCE_KINDS.items() if info.claims_space)
+# The kinds that services and jobs mount (model.source.cache): a change of one concerns its users.
+CACHE_KINDS = FAMILY_KINDS["cache"]
 # Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
 OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
 

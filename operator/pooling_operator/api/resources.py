@@ -80,9 +80,18 @@ AnyResource = PoolingService | ScoringService | HiddenStateJob | PoolingJob | Au
 READY = '.status.conditions[?(@.type=="Ready")].status'
 
 
+# What the operator does with a kind of ours; every per-kind list elsewhere is derived from it (the reconcile's
+# flow, the builders' plan, the component label, the Argo CD health script, Kueue and embedding-space claims).
+#   service: a vLLM Deployment behind a Service, autoscaled
+#   job:     an Indexed Job with vLLM as a native sidecar, optionally admitted by Kueue (spec.queue)
+#   cache:   a ModelCache: a claim filled once by a Job, mounted by services and jobs
+#   policy:  guardrails the services follow; reconciled with them, owns no children
+Family = Literal["service", "job", "cache", "policy"]
+
+
 @dataclass(frozen=True)
 class KindInfo:
-    """How a kind appears in the API: names, scope, subresources, columns."""
+    """How a kind appears in the API (names, scope, subresources, columns) and what the operator does with it."""
 
     kind: str
     plural: str
@@ -92,6 +101,9 @@ class KindInfo:
     description: str
     columns: tuple[dict[str, Any], ...]
     scale: bool
+    family: Family
+    component: str | None = None  # the app.kubernetes.io/component label of its children (None: it has none)
+    claims_space: bool = False  # spec.embeddingSpace claims a label for one vector space in its namespace
 
     @property
     def singular(self) -> str:
@@ -141,6 +153,9 @@ KINDS: dict[str, KindInfo] = {
             "token classification, validated against vLLM's rules before any pod exists.",
             columns=(MODEL, _col("Task", ".spec.task", description="Pooling task."), *SERVICE_COLUMNS),
             scale=True,
+            family="service",
+            component="pooling-service",
+            claims_space=True,
         ),
         KindInfo(
             kind="ScoringService",
@@ -152,6 +167,8 @@ KINDS: dict[str, KindInfo] = {
             "generative scoring.",
             columns=(MODEL, _col("Mode", ".spec.mode", description="Scoring mode."), *SERVICE_COLUMNS),
             scale=True,
+            family="service",
+            component="scoring-service",
         ),
         KindInfo(
             kind="HiddenStateJob",
@@ -176,6 +193,8 @@ KINDS: dict[str, KindInfo] = {
                 AGE,
             ),
             scale=False,
+            family="job",
+            component="hidden-state-job",
         ),
         KindInfo(
             kind="PoolingJob",
@@ -204,6 +223,9 @@ KINDS: dict[str, KindInfo] = {
                 AGE,
             ),
             scale=False,
+            family="job",
+            component="pooling-job",
+            claims_space=True,
         ),
         KindInfo(
             kind="ModelCache",
@@ -224,6 +246,8 @@ KINDS: dict[str, KindInfo] = {
                 AGE,
             ),
             scale=False,
+            family="cache",
+            component="model-cache",
         ),
         KindInfo(
             kind="AutoscalingPolicy",
@@ -239,6 +263,11 @@ KINDS: dict[str, KindInfo] = {
                 AGE,
             ),
             scale=False,
+            family="policy",
         ),
     )
 }
+
+OWNER_KINDS = tuple(k for k, info in KINDS.items() if info.family != "policy")  # reconciled, with children
+FAMILY_KINDS: dict[str, tuple[str, ...]] = {f: tuple(k for k, i in KINDS.items() if i.family == f)
+                                            for f in ("service", "job", "cache", "policy")}

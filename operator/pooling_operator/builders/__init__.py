@@ -7,10 +7,12 @@ resolves them again or reads them back out of the objects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
+from pooling_operator.api.resources import KINDS
 from pooling_operator.builders.common import BuildContext, CacheMount, served
 from pooling_operator.builders.jobs import build_job
 from pooling_operator.builders.pooling_jobs import build_pooling_job
@@ -22,6 +24,13 @@ from pooling_operator.vllm.workload import Workload, workload
 __all__ = ["BuildContext", "CacheMount", "Plan", "build", "plan"]
 
 Buildable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
+# Each workload kind's children; tests/test_kinds_table.py holds it to the kinds table (every service and job kind).
+BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "PoolingService": build_service,
+    "ScoringService": build_service,
+    "HiddenStateJob": build_job,
+    "PoolingJob": build_pooling_job,
+}
 
 
 @dataclass(frozen=True)
@@ -38,14 +47,10 @@ class Plan:
 def plan(resource: Buildable, c: Contract, ctx: BuildContext, w: Workload | None = None) -> Plan:
     """The resource's workload view (`w` when the caller has it), its vLLM command line and every child."""
     w = served(w or workload(resource), ctx.model_cache)
-    if isinstance(resource, HiddenStateJob):
-        argv = vllm_command(resource, c, port=DEFAULT_PORT, w=w)
-        return Plan(resource, c, w, argv, build_job(resource, c, ctx, w, argv))
-    if isinstance(resource, PoolingJob):
-        argv = vllm_command(resource, c, port=DEFAULT_PORT, w=w)
-        return Plan(resource, c, w, argv, build_pooling_job(resource, c, ctx, w, argv))
-    argv = vllm_command(resource, c, port=resource.spec.service.port, w=w)
-    return Plan(resource, c, w, argv, build_service(resource, c, ctx, w, argv))
+    # A service's vLLM listens where its Service sends; a job's sidecar on the port its driver calls.
+    port = resource.spec.service.port if KINDS[resource.kind].family == "service" else DEFAULT_PORT  # type: ignore[union-attr]
+    argv = vllm_command(resource, c, port=port, w=w)
+    return Plan(resource, c, w, argv, BUILDERS[resource.kind](resource, c, ctx, w, argv))
 
 
 def build(resource: Buildable, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:

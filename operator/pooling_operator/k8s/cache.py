@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api.identity import COMPONENT_KINDS
-from pooling_operator.api.kinds import CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS, SPACE_KINDS
+from pooling_operator.api.kinds import CACHE_KINDS, CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS, SPACE_KINDS
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what a k8s/store.Store is, seen from here
@@ -143,11 +143,15 @@ class Cache:
     def owner_keys(self) -> list[OwnerKey]:
         return list(self.owners.keys())
 
+    def dependents(self, key: OwnerKey) -> list[OwnerKey]:
+        """The owners whose state follows this one's: a cache's users (`using_cache`); none for other kinds."""
+        return self.using_cache(key[1], key[2]) if key[0] in CACHE_KINDS else []
+
     def using_cache(self, namespace: str, name: str) -> list[OwnerKey]:
         """The services and jobs of `namespace` whose model.source.cache names the ModelCache `name`."""
         out = []
         for key in self.owner_keys():
-            if key[1] != namespace or key[0] == "ModelCache":
+            if key[1] != namespace or key[0] in CACHE_KINDS:
                 continue
             source = (((self.owner(key) or {}).get("spec") or {}).get("model") or {}).get("source")
             if isinstance(source, dict) and isinstance(source.get("cache"), dict) and source["cache"].get("name") == name:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pooling_operator.api.resources import KINDS
 from pooling_operator.k8s.api import ApiError
 from pooling_operator.reconcile.caches import CACHES
 from pooling_operator.reconcile.context import (
@@ -33,9 +34,9 @@ from pooling_operator.reconcile.state import Memory
 __all__ = ["RECONCILERS", "Context", "Events", "Gone", "InvalidSpec", "Kind", "Memory", "PolicySet", "Reconciles",
            "Tracker", "policy_counts"]
 
-# The kinds the operator reconciles, and whose part of the flow each one is.
-RECONCILERS: dict[str, Kind] = {"PoolingService": SERVICES, "ScoringService": SERVICES, "HiddenStateJob": JOBS,
-                                "PoolingJob": JOBS, "ModelCache": CACHES}
+# The kinds the operator reconciles, and whose part of the flow each one is: by family, from the kinds table.
+FLOWS: dict[str, Kind] = {"service": SERVICES, "job": JOBS, "cache": CACHES}
+RECONCILERS: dict[str, Kind] = {kind: FLOWS[info.family] for kind, info in KINDS.items() if info.family in FLOWS}
 
 
 class Reconciles:

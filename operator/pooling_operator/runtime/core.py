@@ -147,8 +147,7 @@ class Runtime:
             self._add(key, first=not self.reconciles.knows(body["metadata"].get("uid") or ""))  # new: ahead of the re-reconciles
         if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
             self._recount_policies()
-        if key[0] == "ModelCache":
-            for dependent in self.ctx.cache.using_cache(key[1], key[2]):  # they wait for it, or mount what it holds
+        for dependent in self.ctx.cache.dependents(key):  # e.g. a cache's users: they wait for it, or mount what it holds
                 self._settled.discard(dependent)
                 self._add(dependent)
         if label := (body.get("spec") or {}).get("embeddingSpace"):

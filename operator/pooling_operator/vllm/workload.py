@@ -7,6 +7,7 @@ from functools import cached_property
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
+from pooling_operator.api.resources import FAMILY_KINDS
 from pooling_operator.api.services import GenerativeSpec, PoolingSpec
 from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, resolve_version
 from pooling_operator.vllm.models import ModelFacts, facts
@@ -15,7 +16,7 @@ MODE_TASKS = {"crossEncoder": "classify", "biEncoder": "embed", "lateInteraction
 MODE_ROUTES = {"crossEncoder": "/rerank", "biEncoder": "/rerank", "lateInteraction": "/rerank", "generative": "/generative_scoring"}
 
 Workloadable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
-JOB_KINDS = ("HiddenStateJob", "PoolingJob")  # an Indexed Job with vLLM as a native sidecar, not a served Deployment
+JOB_KINDS = FAMILY_KINDS["job"]  # an Indexed Job with vLLM as a native sidecar, not a served Deployment
 
 
 @dataclass(frozen=True)
