@@ -48,14 +48,14 @@ test: ## Run every test: lint, layer contract, CRD drift, unit, control-plane, o
 	@echo "==> control-plane binaries, the vLLM runtime and the operator image (built in parallel, cached outside the clone)"
 	@$(MAKE) --no-print-directory -j3 timed-cluster-build timed-vllm-runtime timed-image
 	@echo "==> third-party controllers (KEDA, Kueue): built in the background at low priority while the tiers run (log: $(CONTROLLERS_LOG)); the tests that need them wait"
-	@mkdir -p $(CLUSTER_DIR) && (VPO_LEDGER=$(LEDGER) nice -n 19 $(PYTHON) -m e2e.ledger time "KEDA + Kueue (background)" -- $(PY) -m e2e.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
+	@mkdir -p $(CLUSTER_DIR) && (VPO_LEDGER=$(LEDGER) nice -n 19 $(PYTHON) -m e2e.ledger time "KEDA + Kueue (background)" -- $(PY) -m e2e.kube.build --controllers > $(CONTROLLERS_LOG) 2>&1 &)
 	@echo "==> unit tier, on both cores (pytest-xdist)"
 	@VPO_LEDGER=$(LEDGER) $(PY) -m pytest tests -n 2 $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report; exit 1; }
 	@echo "==> GPU share sizing: the minimum per case, as validate and render show it (bench/gpu_share_sizing, no torch)"
 	$(PY) bench/gpu_share_sizing/run.py --dry-run
 	@echo "==> control-plane, operator and real_vllm tiers: the real_vllm tier beside the others, a control plane each (e2e/tiers.py)"
 	@VPO_LEDGER=$(LEDGER) $(PY) -m e2e.tiers --log-dir $(CLUSTER_DIR) $(PYTEST_ARGS) || { VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json; exit 1; }
-	@$(PY) -m e2e.build --controllers --report
+	@$(PY) -m e2e.kube.build --controllers --report
 	@VPO_LEDGER=$(LEDGER) $(PY) -m e2e.ledger report --json $(LEDGER)/ledger.json
 
 .PHONY: timed-cluster-build timed-vllm-runtime timed-image
@@ -68,7 +68,7 @@ timed-image:
 
 .PHONY: controllers
 controllers: venv ## Build the third-party controllers the tests run (KEDA v2.20.2, Kueue v0.17.0; cached; 17 min cold here beside a cold control-plane build)
-	$(PY) -m e2e.build --controllers
+	$(PY) -m e2e.kube.build --controllers
 
 .PHONY: image
 image: venv ## Build the operator image from images/operator/Dockerfile with buildah on a debootstrap Debian 12 base (root; cached; ~2 min cold)
@@ -92,7 +92,7 @@ unit: venv ## The pure tests on both cores (no cluster, no processes; <= 30 s on
 
 .PHONY: lint
 lint: venv ## ruff and the import-linter layer contract
-	$(VENV)/bin/ruff check operator tests e2e bench argocd dashboards conftest.py
+	$(VENV)/bin/ruff check operator tests e2e bench argocd dashboards tools conftest.py
 	$(VENV)/bin/lint-imports
 
 .PHONY: crds

@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 
 from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import _free_ports, stop_process  # noqa: E402
+from e2e.podrunner.runner_process import CONNECTOR_SHIM, MACHINE_OVERRIDES  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
-from e2e.realvllm.runner_process import CONNECTOR_SHIM, MACHINE_OVERRIDES  # noqa: E402
 
 LAYERS = [3, 15, 30]
 CHUNK = 32

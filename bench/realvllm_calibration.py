@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))
 
 from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import _free_ports, stop_process  # noqa: E402
+from e2e.podrunner.runner_process import on_this_machine  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
-from e2e.realvllm.runner_process import on_this_machine  # noqa: E402
 from pooling_operator.autoscaling.simulator.calibrate import FIELDS, Point, fit, to_file, within  # noqa: E402
 from pooling_operator.autoscaling.simulator.calibrate import closed_loop as closed_loop_model  # noqa: E402
 from pooling_operator.autoscaling.simulator.calibrate import open_loop as open_loop_model  # noqa: E402

@@ -1,12 +1,25 @@
-"""Real-cluster test support: a Kubernetes control plane built from pinned Go modules, run as local processes.
+"""Everything the suite runs for real beside the operator. The map (e2e/README.md has it too):
 
-- ``e2e.build``        builds (or finds) kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-                       etcd and kwok, cached outside the clone (``python -m e2e.build``).
-- ``e2e.controlplane`` starts and stops etcd, the Kubernetes components and kwok with fake GPU nodes
-                       (``python -m e2e.cluster_cli up|down|status|logs``).
-- ``e2e.harness``      what ``e2e.controlplane`` is built from: polling, PKI, processes, REST client, cluster
-                       config, component flags, state files (one module each).
-- ``e2e.crds``         installs third-party CRDs (KEDA, prometheus-operator) from their Go modules and ours.
+- ``e2e.kube``       the Kubernetes control plane and the third-party controllers, as local processes:
+                     ``build`` (etcd, kube-*, kwok, KEDA, Kueue from pinned Go modules, cached outside the clone;
+                     ``python -m e2e.kube.build``), ``controlplane`` (etcd, the components and kwok with fake GPU
+                     nodes), ``cli`` (``python -m e2e.kube.cli up|down|status|logs``), ``crds`` (third-party CRDs
+                     from their modules, and ours), ``keda``, ``kueue``, ``prometheus`` (Debian's Prometheus).
+- ``e2e.harness``    what the control plane and the controllers are built from, one concern a module: polling,
+                     PKI, processes, REST client, cluster config, component flags, state files, network
+                     namespaces, the audit log, third-party process plumbing.
+- ``e2e.podrunner``  the test kubelet: plays the kubelet of one node kwok does not manage and runs the pods the
+                     operator renders, for real (``kubelet``, ``pods``, ``podspec``, ``lifecycle``,
+                     ``runner_process``; ``connector_shim`` for vLLM's hidden-state connector on a CPU).
+- ``e2e.realvllm``   real vLLM 0.32 (CPU): ``runtime`` installs it and prepares the models, ``tiny_models`` builds
+                     small ones from packaged weights, ``built``, ``oracles`` (sentence-transformers and
+                     transformers answers), ``traffic`` (bounded load), ``vllm_parse``.
+- ``e2e.standin``    vLLM stand-ins for the fast tiers: the hidden-state server, the metric exporters (the
+                     simulator's service model on /metrics), the Hub stand-in, vLLM's CLI parser.
+- the suite's own programs: ``tiers`` (the e2e tiers side by side), ``ledger`` (make test's ledger), ``demo``
+  (``make demo``), ``image`` (the operator image with buildah), ``operator_process`` (the operator under test),
+  ``conftest`` (the fixtures); the tests are in ``e2e/tests``.
 
-Nothing here is imported by the operator package.
+Nothing here is imported by the operator package. The generator of the operator's vLLM registry tables is
+tooling, not test support: ``tools/registry``.
 """

@@ -17,16 +17,16 @@ E2E_PY = cd $(CURDIR) && $(PY) -m
 .PHONY: cluster-build cluster-up cluster-down cluster-status cluster-logs
 
 cluster-build:
-	$(E2E_PY) e2e.build
+	$(E2E_PY) e2e.kube.build
 
 cluster-up:
-	$(E2E_PY) e2e.cluster_cli up --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.kube.cli up --run-dir $(CLUSTER_DIR)
 
 cluster-down:
-	$(E2E_PY) e2e.cluster_cli down --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.kube.cli down --run-dir $(CLUSTER_DIR)
 
 cluster-status:
-	$(E2E_PY) e2e.cluster_cli status --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.kube.cli status --run-dir $(CLUSTER_DIR)
 
 cluster-logs:
-	$(E2E_PY) e2e.cluster_cli logs --run-dir $(CLUSTER_DIR)
+	$(E2E_PY) e2e.kube.cli logs --run-dir $(CLUSTER_DIR)

@@ -1,4 +1,4 @@
-"""pytest fixtures for tests against a real control plane (see e2e/controlplane.py).
+"""pytest fixtures for tests against a real control plane (see e2e/kube/controlplane.py).
 
 - ``cluster``   (session) one control plane per test run; a ``ControlPlane`` (kubeconfig, kubectl, api, env()).
 - ``k8s``       (session) a ``kubernetes.client.ApiClient`` for it.
@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from e2e import build
-from e2e.controlplane import ControlPlane
-from e2e.crds import install_crds
 from e2e.harness.audit import OPERATOR_USER
 from e2e.harness.config import ClusterConfig
+from e2e.kube import build
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.crds import install_crds
 from e2e.realvllm import runtime
 
 _CLUSTER: ControlPlane | None = None

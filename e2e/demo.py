@@ -19,14 +19,14 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane
-from e2e.crds import install_crds
 from e2e.harness.poll import Fatal, Timeout, wait_for
 from e2e.harness.processes import stop_pid
+from e2e.kube.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane
+from e2e.kube.crds import install_crds
 from e2e.operator_process import OperatorProcess
+from e2e.podrunner.kubelet import DEFAULT_NODE
+from e2e.podrunner.runner_process import PodRunner, on_this_machine
 from e2e.realvllm import runtime
-from e2e.realvllm.kubelet import DEFAULT_NODE
-from e2e.realvllm.runner_process import PodRunner, on_this_machine
 from e2e.realvllm.runtime import MINILM
 
 APPLIED_KINDS = ("PoolingService", "ScoringService", "AutoscalingPolicy")

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.build import _fmt_time, _lock, _stderr, cache_home
+from e2e.kube.build import _fmt_time, _lock, _stderr, cache_home
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "images" / "operator" / "Dockerfile"

@@ -8,7 +8,7 @@ pytest adds its part (``record``): each tier's wall time and test count, every t
 real vLLM server's apply -> Ready. The records go to ``$VPO_LEDGER`` (a folder; make test sets
 ``.cluster/ledger``). A run is *cold* when a cache entry appeared under the build cache during it (a build
 really ran), *warm* otherwise; the report holds the total against the budget for that kind (cold 45 min, warm
-25 min on a quiet 2-core machine). Standard library only (so is e2e/build.py, whose cache it lists): ``begin``
+25 min on a quiet 2-core machine). Standard library only (so is e2e/kube/build.py, whose cache it lists): ``begin``
 and ``time`` run before the venv exists.
 """
 
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.build import cache_home
+from e2e.kube.build import cache_home
 
 BUDGET_SECONDS = {"cold": 45 * 60, "warm": 25 * 60}
 SLOWEST = 15

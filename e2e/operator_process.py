@@ -7,9 +7,9 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _free_ports, stop_process
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
 
 
 class OperatorProcess:

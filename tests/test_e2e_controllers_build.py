@@ -1,4 +1,4 @@
-"""e2e/build.py's third-party controllers: their own cache key, and how a test waits for the background build
+"""e2e/kube/build.py's third-party controllers: their own cache key, and how a test waits for the background build
 (``controllers``): binaries present -> at once; a build holding the lock -> wait, with a deadline; a build that
 failed -> its error, not a timeout. Go is never run here (the build itself is monkeypatched)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e import build
+from e2e.kube import build
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Flags vLLM implements per architecture (issue 50, item 2): --enable-lora needs SupportsLoRA, a pipeline-parallel
 size above 1 needs SupportsPP, both of the class the declared version loads for the architecture, as the registry
-tables read them from vLLM (e2e/realvllm/registry: the 0.32 table from the real runtime, whose source reading of
+tables read them from vLLM (tools/registry: the 0.32 table from the real runtime, whose source reading of
 these interfaces agrees with it on all 391 names; the 0.33 one from its source)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The committed architecture tables (operator/pooling_operator/vllm/registry/, made by
-e2e/realvllm/registry from vLLM itself): what they say about the models the operator cares about,
+tools/registry from vLLM itself): what they say about the models the operator cares about,
 and that both versions have one shape. No vLLM here: the real_vllm tier regenerates the 0.32 table."""
 
 from __future__ import annotations

@@ -111,11 +111,11 @@ def demo(out: Path) -> list[Path]:
     """A real run on this machine, then the pictures. ~6 minutes: a load step and back, a job progressing."""
     import yaml
 
-    from e2e.controlplane import ControlPlane
-    from e2e.crds import install_crds
     from e2e.harness.config import GPU_PRODUCT, ClusterConfig
+    from e2e.kube.controlplane import ControlPlane
+    from e2e.kube.crds import install_crds
+    from e2e.kube.prometheus import PrometheusServer
     from e2e.operator_process import OperatorProcess
-    from e2e.prometheus import PrometheusServer
     from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
     from e2e.tests.operator.test_hidden_states import claims
     from tests.factories import model_cache, pooling, pooling_job

@@ -99,7 +99,7 @@ def rendered_argv() -> list[str]:
     """What the operator renders for examples/minilm-embeddings.yaml on this machine, engine.dtype float32."""
     import yaml
 
-    from e2e.realvllm.runner_process import on_this_machine
+    from e2e.podrunner.runner_process import on_this_machine
 
     doc = next(
         d

@@ -55,11 +55,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from e2e.controlplane import ControlPlane  # noqa: E402
-from e2e.crds import install_crds  # noqa: E402
 from e2e.harness.audit import OPERATOR_USER, split  # noqa: E402
 from e2e.harness.config import GPU_PRODUCT, ClusterConfig  # noqa: E402
 from e2e.harness.poll import wait_for  # noqa: E402
+from e2e.kube.controlplane import ControlPlane  # noqa: E402
+from e2e.kube.crds import install_crds  # noqa: E402
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig  # noqa: E402
 
 API = "/apis/vllm-pooling.io/v1alpha1"

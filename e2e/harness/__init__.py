@@ -1,4 +1,4 @@
-"""The pieces ``e2e.controlplane.ControlPlane`` is built from, one concern per module:
+"""The pieces ``e2e.kube.controlplane.ControlPlane`` is built from, one concern per module:
 
 - ``poll``        ``wait_for``, the one polling loop, with ``Timeout`` and ``Fatal``.
 - ``pki``         CA, serving and client certs, service-account keys; the admin kubeconfig.
@@ -7,6 +7,9 @@
 - ``config``      ``ClusterConfig`` and the kwok Node objects of the fake cluster.
 - ``components``  the command-line flags of etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
 - ``state``       the run folder's ``state.json`` and ``supervisor.json``.
+- ``audit``       the API server's audit policy and log (who the operator's ServiceAccount asked for what).
+- ``netns``       a network namespace of the harness's own, a veth pair and a TCP relay into loopback.
+- ``thirdparty``  what the KEDA and Kueue harnesses share: start once, skip or fail with the reason, log tails.
 
-``e2e.controlplane`` re-exports the names callers used before the split; import them from there.
+``e2e.kube.controlplane`` re-exports the names callers used before the split; import them from there.
 """

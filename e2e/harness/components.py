@@ -1,6 +1,6 @@
 """The command line of each control-plane component: which flags etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler and kwok run with, given their binaries, the ports, the PKI and the
-admin kubeconfig. Starting them, waiting for them and stopping them is ``e2e.controlplane.ControlPlane``'s job.
+admin kubeconfig. Starting them, waiting for them and stopping them is ``e2e.kube.controlplane.ControlPlane``'s job.
 """
 
 from __future__ import annotations

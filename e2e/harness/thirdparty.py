@@ -1,4 +1,4 @@
-"""What the harnesses of third-party controllers (e2e/keda.py, e2e/kueue.py) share: starting one for a test
+"""What the harnesses of third-party controllers (e2e/kube/keda.py, e2e/kube/kueue.py) share: starting one for a test
 session or module (skip with the reason where this machine cannot run it, fail under ``CI=true``, wait for the
 background build with one deadline), their log tails, their namespace, and their health probes."""
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from e2e import build
+from e2e.kube import build
 
 # make test starts the controllers' build when the control plane is built; a cold one takes minutes on two
 # cores at low priority beside the tiers

@@ -1,5 +1,4 @@
-"""Real vLLM in the loop: the CPU vLLM 0.32 runtime, the models it serves here, and a pod runner.
-
-``runtime`` installs the runtime and prepares the models into a cache outside the clone; ``kubelet`` is the
-test-only pod runner that plays the kubelet of one node kwok does not manage.
-"""
+"""Real vLLM in the loop: the CPU vLLM 0.32 runtime (``runtime``), the small models it serves here
+(``tiny_models``, ``built``), the answers it must agree with (``oracles``), bounded load (``traffic``) and
+vLLM's own argument parser (``vllm_parse``). The pod runner that starts it is ``e2e.podrunner`` (the map:
+e2e/__init__.py)."""

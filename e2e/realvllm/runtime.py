@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.build import _fmt_time, _lock, _stderr, cache_home
+from e2e.kube.build import _fmt_time, _lock, _stderr, cache_home
 
 HERE = Path(__file__).resolve().parent
 CONSTRAINTS = HERE / "constraints.txt"
@@ -323,7 +323,7 @@ def install(root: Path | None = None, *, log: Callable[[str], None] | None = Non
 
 
 # vLLM's source distribution: its tests/models/registry.py (which the wheel lacks) is where the architecture
-# table's trust_remote_code test cases come from (e2e/realvllm/registry). Kept beside the runtime, not in
+# table's trust_remote_code test cases come from (tools/registry). Kept beside the runtime, not in
 # its key: fetching it never reinstalls the runtime.
 SDIST = f"vllm-{VLLM_VERSION}.tar.gz"
 SDIST_SHA256 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"  # PyPI's vllm-0.32.0.tar.gz

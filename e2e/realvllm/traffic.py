@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from e2e.harness.rest import Api
-from e2e.prometheus import PrometheusServer
-from e2e.realvllm.runner_process import PodRunner
+from e2e.kube.prometheus import PrometheusServer
+from e2e.podrunner.runner_process import PodRunner
 from e2e.standin.exporters import pod_ready
 from pooling_operator.vllm.metrics import target_labels
 

@@ -10,6 +10,10 @@ the lock released when the write is done. Switches inject faults: slow answers, 
 a crash (process exit) mid-write. Never ship it, never point it at real data.
 
 Run: ``python -m e2e.standin --port P --storage-path DIR --layers 4 --hidden-size 64 [faults]``.
+
+The package's modules: ``server`` (this stand-in's HTTP server) and ``vllm_cli`` (a ``vllm`` command that runs
+it in the pod runner); ``exporter`` and ``exporters`` (vLLM's ``/metrics`` from the simulator's service model,
+one pod or a Deployment's pods); ``hub`` (the Hugging Face Hub's file API, for a ModelCache's fill).
 """
 
 from __future__ import annotations

@@ -33,11 +33,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import REPO_ROOT
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _child_setup, stop_process
 from e2e.harness.rest import Api
-from e2e.prometheus import PrometheusServer
+from e2e.kube.controlplane import REPO_ROOT
+from e2e.kube.prometheus import PrometheusServer
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.vllm.metrics import target_labels
 
@@ -164,7 +164,7 @@ class ExporterFleet:
     ) -> None:
         api = getattr(cluster_or_api, "api", None) or cluster_or_api
         if not isinstance(api, Api):
-            raise TypeError(f"need a ControlPlane or an e2e.controlplane.Api, got {type(cluster_or_api)!r}")
+            raise TypeError(f"need a ControlPlane or an e2e.kube.controlplane.Api, got {type(cluster_or_api)!r}")
         self.api = api
         self.namespace = namespace
         self.instance = instance

@@ -1,6 +1,6 @@
 """TEST SUPPORT ONLY: a ``vllm`` command that runs the hidden-state stand-in (e2e/standin/server.py) instead.
 
-The pod runner (e2e/realvllm/kubelet.py) maps the image ``runner_process.STANDIN_IMAGE`` to a bin folder whose
+The pod runner (e2e/podrunner/kubelet.py) maps the image ``runner_process.STANDIN_IMAGE`` to a bin folder whose
 ``vllm`` (written by ``write_bin``) runs ``main`` here: the operator's rendered HiddenStateJob sidecar,
 ``vllm serve MODEL --served-model-name N --host H --port P ... --speculative-config {...} --kv-transfer-config
 {...}``, becomes ``python -m e2e.standin --port P --storage-path <shared_storage_path> --layers <count>

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane
+from e2e.kube.controlplane import ControlPlane
 from pooling_operator.api import messages as M
 from tests.factories import generative, hidden_states, merge, policy, pooling, scoring
 

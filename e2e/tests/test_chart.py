@@ -1,4 +1,4 @@
-"""The Helm chart (charts/vllm-pooling-operator) with a real helm built from the Go module proxy (e2e/build.py
+"""The Helm chart (charts/vllm-pooling-operator) with a real helm built from the Go module proxy (e2e/kube/build.py
 TOOLS): lint, templates per mode, the values schema, and the facts that must have one source."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e import build
+from e2e.kube import build
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "vllm-pooling-operator"

@@ -14,10 +14,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
-from e2e.crds import install_crds, load_crds, our_crd_files
 from e2e.harness.config import GPU_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
+from e2e.kube.crds import install_crds, load_crds, our_crd_files
 
 OUR_CRDS = load_crds(our_crd_files())
 EXAMPLES = sorted(

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from e2e.controlplane import ControlPlane
+from e2e.kube.controlplane import ControlPlane
 from pooling_operator.api.kinds import KINDS, Kind
 from pooling_operator.k8s.api import METADATA_ONLY, Kube
 from pooling_operator.k8s.cache import project

@@ -1,4 +1,4 @@
-"""Real Kueue v0.17.0 (e2e/kueue.py) on the real API server with kwok's fake GPU nodes, no operator: what the
+"""Real Kueue v0.17.0 (e2e/kube/kueue.py) on the real API server with kwok's fake GPU nodes, no operator: what the
 scenario tests build on. A suspended Indexed Job with a queue name and ``job-min-parallelism`` is admitted
 partially to the GPUs its ClusterQueue has; with no quota its Workload stays pending and the Job suspended; a
 higher-priority Job preempts a lower one within the ClusterQueue.
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_RESOURCE
 from e2e.harness.poll import wait_for
-from e2e.kueue import (
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.kueue import (
     GROUP,
     JOB_UID_LABEL,
     MIN_PARALLELISM_ANNOTATION,

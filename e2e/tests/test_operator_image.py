@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from e2e import image
-from e2e.controlplane import REPO_ROOT, ControlPlane
-from e2e.crds import install_crds
 from e2e.harness.config import ClusterConfig
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
+from e2e.kube.crds import install_crds
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
 from pooling_operator import __version__
 from pooling_operator.cli import parser

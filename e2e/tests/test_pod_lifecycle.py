@@ -1,11 +1,11 @@
-"""The pod runner's container lifecycle (e2e/realvllm/lifecycle.py): init order, native sidecars, restart
+"""The pod runner's container lifecycle (e2e/podrunner/lifecycle.py): init order, native sidecars, restart
 policies and the pod's phase, one row per case."""
 
 from __future__ import annotations
 
 import pytest
 
-from e2e.realvllm.lifecycle import Seen, step
+from e2e.podrunner.lifecycle import Seen, step
 
 
 def S(name: str, kind: str, state: str, code: int | None = None) -> Seen:

@@ -1,4 +1,4 @@
-"""The pod runner's plan (e2e/realvllm/podspec.py): what it maps, and that it changes nothing else."""
+"""The pod runner's plan (e2e/podrunner/podspec.py): what it maps, and that it changes nothing else."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.realvllm import podspec
+from e2e.podrunner import podspec
 from tests.unavailable import unavailable
 
 REPO = Path(__file__).resolve().parents[2]

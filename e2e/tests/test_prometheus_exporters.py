@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.config import GPU_PRODUCT, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from e2e.harness.poll import wait_for
-from e2e.prometheus import PrometheusError, PrometheusServer, PrometheusUnavailable, ensure_installed
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
+from e2e.kube.prometheus import PrometheusError, PrometheusServer, PrometheusUnavailable, ensure_installed
 from e2e.standin.exporters import (
     COMPONENT_LABEL,
     INSTANCE_LABEL,

@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.controlplane import ControlPlane
+from e2e.kube.controlplane import ControlPlane
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.kinds import KINDS as API_KINDS
 from pooling_operator.builders import BuildContext, build

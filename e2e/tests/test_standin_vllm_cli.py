@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from e2e.realvllm.runner_process import STANDIN_IMAGE
+from e2e.podrunner.runner_process import STANDIN_IMAGE
 from e2e.standin import vllm_cli
 from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.builders import BuildContext, plan

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins the third-party controllers the e2e tests run beside the operator: KEDA's operator and
-// metrics adapter, and Kueue (built by e2e/build.py into their own cache folder). KEDA's replace block is
+// metrics adapter, and Kueue (built by e2e/kube/build.py into their own cache folder). KEDA's replace block is
 // copied into go.mod: a dependency's replace directives do not apply to the module that requires it.
 package tools
 

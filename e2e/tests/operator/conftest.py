@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
 from e2e.standin.hub import Hub
 

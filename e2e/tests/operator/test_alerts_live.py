@@ -14,12 +14,12 @@ from pathlib import Path
 
 import yaml
 
-from e2e import build
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
+from e2e.kube import build
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.prometheus import PrometheusServer
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusServer
 from e2e.standin.exporters import write_load
 from e2e.tests.operator.test_autoscaling import autoscaled, fleet, metrics_flowing, policy, prometheus  # noqa: F401
 from e2e.tests.operator.test_hidden_states import claims
@@ -91,7 +91,7 @@ def test_every_series_the_alert_rules_and_dashboards_read_is_scraped(
 
 
 def test_the_charts_prometheus_rule_is_admitted_by_the_api_server(cluster: ControlPlane, namespace: str) -> None:
-    """prometheus-operator's PrometheusRule CRD (e2e/crds.py) admits what the chart renders with alerts on."""
+    """prometheus-operator's PrometheusRule CRD (e2e/kube/crds.py) admits what the chart renders with alerts on."""
     rendered = subprocess.run([str(build.tool("helm")), "template", "vpo", str(CHART), "-n", namespace, "--kube-version", KUBE,
                                "--set", "alerts.enabled=true", "--show-only", "templates/prometheusrule.yaml"],
                               capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip

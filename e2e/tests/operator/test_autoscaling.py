@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import MIG_RESOURCE
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
 from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
 from e2e.tests.operator.test_services import _resyncs, apply, cond, events, get, operator_writes, path, svc

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from e2e import demo
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 
 

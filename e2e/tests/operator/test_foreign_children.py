@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_services import apply, cond, events, get, svc
 from pooling_operator.api.kinds import KINDS

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane
-from e2e.crds import install_crds
 from e2e.harness.config import ClusterConfig
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.crds import install_crds
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
 from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
 from e2e.tests.operator.test_gpu_shares import MINILM, node, pods_of, status_messages

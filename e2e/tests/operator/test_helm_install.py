@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e import build
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.config import ClusterConfig
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _free_ports
+from e2e.kube import build
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
 from e2e.operator_process import OperatorProcess, token_kubeconfig
 from e2e.tests.operator.test_webhook import INVALID as WEBHOOK_INVALID
 from pooling_operator.api import KINDS as OUR_KINDS

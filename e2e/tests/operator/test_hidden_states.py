@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from tests.factories import hidden_states
 

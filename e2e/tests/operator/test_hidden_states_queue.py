@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.audit import WRITES
 from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_hidden_states import API, claims, cond, get
 from pooling_operator.api import kueue

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.tests.operator.test_services import apply, cond, get, path, svc
 

@@ -1,8 +1,8 @@
-"""Real KEDA v2.20.2 (its operator and metrics adapter, e2e/keda.py) scaling a ``backend: keda`` service that the
+"""Real KEDA v2.20.2 (its operator and metrics adapter, e2e/kube/keda.py) scaling a ``backend: keda`` service that the
 operator rendered, on the real API server and a real Prometheus, with the stand-in exporters as its pods' metrics;
 then the same load step through ``simulate``'s ``keda`` baseline, told the cluster's HPA sync period.
 
-The controllers are built by ``make test`` in the background (e2e/build.py, ``CONTROLLERS``); this module waits for
+The controllers are built by ``make test`` in the background (e2e/kube/build.py, ``CONTROLLERS``); this module waits for
 that build with a deadline. It needs a network namespace of its own (root): elsewhere it is skipped with the
 reason, except under ``CI=true``, where that fails the run.
 """
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness import netns
 from e2e.harness.poll import wait_for
 from e2e.harness.thirdparty import start_controller
-from e2e.keda import HPA_SYNC_SECONDS, Keda
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.keda import HPA_SYNC_SECONDS, Keda
+from e2e.kube.prometheus import PrometheusServer
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusServer
 from e2e.standin.exporters import write_load
 from e2e.tests.operator.test_autoscaling import (  # noqa: F401 - fixtures
     REACTION_AFTER_VISIBLE,

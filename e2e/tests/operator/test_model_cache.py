@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_PRODUCT
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.standin.hub import Hub
 from e2e.tests.operator.test_hidden_states import claims

@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.audit import split
 from e2e.harness.config import GPU_PRODUCT, GPU_PRODUCT_LABEL
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from tests.factories import pooling, scoring
 

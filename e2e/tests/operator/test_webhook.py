@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _free_ports
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
 from e2e.operator_process import OperatorProcess
 from pooling_operator.api.resources import KINDS
 from pooling_operator.handlers.admission import WEBHOOK_PATHS

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
+from e2e.podrunner.runner_process import BUILT_CLAIM, PodRunner
 from e2e.realvllm import built, runtime
-from e2e.realvllm.runner_process import BUILT_CLAIM, PodRunner
 from e2e.tests.operator.real_vllm.pool import ServerPool
 from e2e.tests.operator.real_vllm.serving import STARTS, Deployer, Served
 from tests.unavailable import unavailable

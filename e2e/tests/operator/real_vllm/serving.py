@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 
 from e2e import ledger
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import Fatal, wait_for
-from e2e.realvllm.runner_process import PodRunner, placed
+from e2e.kube.controlplane import ControlPlane
+from e2e.podrunner.runner_process import PodRunner, placed
 
 # A cold start of vLLM on this 2-core machine takes 1-4 minutes (toolchain.md §9); the startup probe allows 30.
 START_TIMEOUT = 900.0

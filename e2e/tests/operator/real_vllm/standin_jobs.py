@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from e2e.realvllm.runner_process import STANDIN_IMAGE, placed
+from e2e.podrunner.runner_process import STANDIN_IMAGE, placed
 
 WORDS = ("a small grey cat counts seven hidden states under the winter sky near an old river bank while quiet "
          "engineers queue their batch behind a higher priority one").split()  # fmt: skip

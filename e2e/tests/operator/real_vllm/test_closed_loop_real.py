@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusServer, PrometheusUnavailable
-from e2e.realvllm.kubelet import OWN_CORE_ANNOTATION
-from e2e.realvllm.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
+from e2e.podrunner.kubelet import OWN_CORE_ANNOTATION
+from e2e.podrunner.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
 from e2e.realvllm.traffic import RunnerTargets, SliceClient
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
+from e2e.podrunner.runner_process import MACHINE_OVERRIDES, SMALL_SERVER_RESOURCES, PodRunner, placed
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import MACHINE_OVERRIDES, SMALL_SERVER_RESOURCES, PodRunner, placed
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.serving import unscheduled

@@ -1,4 +1,4 @@
-"""The test-only connector shim (e2e/realvllm/connector_shim) is active where it is put, and bounded: with it,
+"""The test-only connector shim (e2e/podrunner/connector_shim) is active where it is put, and bounded: with it,
 vLLM's connector module is vLLM's own except ``_submit_async_write``, which wraps the original; without it
 (or with VPO_CONNECTOR_SHIM=0) nothing changes. Runs in the runtime's interpreter, as vLLM does."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e.podrunner.runner_process import CONNECTOR_SHIM
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import CONNECTOR_SHIM
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 

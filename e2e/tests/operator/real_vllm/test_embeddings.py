@@ -18,12 +18,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusServer, PrometheusUnavailable
+from e2e.podrunner.runner_process import PodRunner, eager
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import PodRunner, eager
 from e2e.standin import exporter as standin
 from e2e.tests.operator.real_vllm.conftest import Deployer, Served, oracle
 from e2e.tests.operator.real_vllm.pool import slot

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from e2e import demo
-from e2e.controlplane import REPO_ROOT
+from e2e.kube.controlplane import REPO_ROOT
+from e2e.podrunner.runner_process import on_this_machine
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import on_this_machine
 from e2e.tests.operator.real_vllm.conftest import Served, ServerPool
 from e2e.tests.operator.real_vllm.pool import pool_key
 from e2e.tests.operator.real_vllm.routes import probe

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from e2e.podrunner.runner_process import eager
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import eager
 from e2e.tests.operator.real_vllm.conftest import Served, ServerPool, oracle
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]

@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 from safetensors.numpy import load_file
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.config import GPU_RESOURCE
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
-from e2e.realvllm.runner_process import STANDIN_IMAGE, PodRunner
+from e2e.podrunner.runner_process import STANDIN_IMAGE, PodRunner
 from e2e.standin import tokenize
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.standin_jobs import manifest, prompts, standin_job

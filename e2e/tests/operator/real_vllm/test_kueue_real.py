@@ -1,4 +1,4 @@
-"""HiddenStateJobs admitted by real Kueue v0.17.0 (e2e/kueue.py), their pods run by the pod runner with the real
+"""HiddenStateJobs admitted by real Kueue v0.17.0 (e2e/kube/kueue.py), their pods run by the pod runner with the real
 driver against the hidden-state stand-in (runner_process.STANDIN_IMAGE: real vLLM is not the point here), the
 runner's node advertising fake nvidia.com/gpu that a ClusterQueue governs.
 
@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.audit import WRITES
 from e2e.harness.poll import wait_for
-from e2e.kueue import Kueue
+from e2e.kube.controlplane import ControlPlane
+from e2e.kube.kueue import Kueue
 from e2e.operator_process import OperatorProcess
-from e2e.realvllm.runner_process import PodRunner
+from e2e.podrunner.runner_process import PodRunner
 from e2e.standin.vllm_cli import DELAY_ENV
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.standin_jobs import manifest, prompts, standin_job

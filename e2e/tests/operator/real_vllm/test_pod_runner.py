@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ControlPlane
 from e2e.harness.poll import wait_for
-from e2e.realvllm.runner_process import PLACEMENT, PodRunner
+from e2e.kube.controlplane import ControlPlane
+from e2e.podrunner.runner_process import PLACEMENT, PodRunner
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 

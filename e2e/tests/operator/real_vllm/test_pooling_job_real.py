@@ -29,11 +29,11 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
 from e2e.operator_process import OperatorProcess
+from e2e.podrunner.runner_process import SMALL_SERVER_RESOURCES, PodRunner, eager, on_this_machine, placed
 from e2e.realvllm import runtime
-from e2e.realvllm.runner_process import SMALL_SERVER_RESOURCES, PodRunner, eager, on_this_machine, placed
 from e2e.tests.operator.real_vllm.conftest import ServerPool, oracle
 from e2e.tests.operator.real_vllm.pool import slot
 

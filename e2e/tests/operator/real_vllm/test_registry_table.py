@@ -1,5 +1,5 @@
 """The committed vLLM 0.32 architecture table (operator/pooling_operator/vllm/registry/vllm-0.32.json) is
-what real vLLM 0.32 says: ``python -m e2e.realvllm.registry --runtime`` regenerates it in the runtime's
+what real vLLM 0.32 says: ``python -m tools.registry --runtime`` regenerates it in the runtime's
 interpreter (vLLM's ModelRegistry, _ModelInfo per class, every pooling class's pooler factory built for
 real) and any difference from the committed file fails, printed.
 
@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from e2e.realvllm import runtime
-from e2e.realvllm.registry.compare import differences
 from tests.unavailable import unavailable
+from tools.registry.compare import differences
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[4]
-GENERATOR = "e2e.realvllm.registry"  # run as -m from ROOT: the runtime's interpreter has no other path to it
+GENERATOR = "tools.registry"  # run as -m from ROOT: the runtime's interpreter has no other path to it
 COMMITTED = ROOT / "operator" / "pooling_operator" / "vllm" / "registry" / "vllm-0.32.json"
 SDIST = "vllm-0.32.0"
 BUDGET_S = 60  # the generator's promise on a 2-core machine

@@ -24,15 +24,15 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.controlplane import REPO_ROOT
-from e2e.realvllm import built, runtime
-from e2e.realvllm.runner_process import (
+from e2e.kube.controlplane import REPO_ROOT
+from e2e.podrunner.runner_process import (
     BUILT_CLAIM,
     EAGER_ARGS,
     MACHINE_OVERRIDES,
     MODEL_CLAIM,
     SMALL_SERVER_RESOURCES,
 )
+from e2e.realvllm import built, runtime
 from e2e.tests.operator.real_vllm.conftest import Served, ServerPool
 from e2e.tests.operator.real_vllm.routes import PROBES, probe
 from pooling_operator.vllm.contract import ALWAYS_ROUTES, DEPRECATED_SCORE_ROUTES

@@ -32,7 +32,7 @@ Not done: securityContext (processes run as the runner's user), resource limits,
 mapped (the runtime's ``vllm`` is on PATH), and volumes other than emptyDir, projected and
 persistentVolumeClaim.
 
-    python -m e2e.realvllm.kubelet --kubeconfig K --state-dir D --claim models=/path [--hub-model REPO=DIR@REV]
+    python -m e2e.podrunner.kubelet --kubeconfig K --state-dir D --claim models=/path [--hub-model REPO=DIR@REV]
         [--image REPOSITORY=BINDIR]
 """
 
@@ -59,8 +59,8 @@ from kubernetes.client.rest import ApiException
 
 from e2e.harness.config import GPU_RESOURCE
 from e2e.harness.processes import _free_ports
-from e2e.realvllm import podspec
-from e2e.realvllm.pods import PodWorker, mount_namespaces, now_iso
+from e2e.podrunner import podspec
+from e2e.podrunner.pods import PodWorker, mount_namespaces, now_iso
 
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # a pod annotated so gets a core of its own (_core_for); opt-in: CI13's compile-cache test, whose second replica
@@ -345,7 +345,7 @@ class Runner:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m e2e.realvllm.kubelet", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m e2e.podrunner.kubelet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--node-name", default=DEFAULT_NODE)

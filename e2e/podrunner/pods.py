@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from e2e.harness.processes import _child_setup, stop_process
-from e2e.realvllm import lifecycle, podspec
+from e2e.podrunner import lifecycle, podspec
 
 
 class Node(Protocol):

@@ -1,5 +1,5 @@
 """Real KEDA v2.20.2 beside the control plane: its operator and its metrics adapter, built from the pinned module
-(``e2e/build.py``, ``CONTROLLERS``) and run as local processes with the admin kubeconfig.
+(``e2e/kube/build.py``, ``CONTROLLERS``) and run as local processes with the admin kubeconfig.
 
     keda = Keda(cluster, build.controllers(wait_seconds=900)).start()   # APIService Available
     ...
@@ -34,7 +34,7 @@ from e2e.harness.processes import Component, _free_ports, spawn, stop_process
 from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
 
 if TYPE_CHECKING:
-    from e2e.controlplane import ControlPlane
+    from e2e.kube.controlplane import ControlPlane
 
 NAMESPACE = "keda"
 ADAPTER_SERVICE = "keda-metrics-apiserver"

@@ -5,7 +5,7 @@ database verifies the zip), read from the module's ``.Dir`` and cached in
 ``${VPO_CACHE_DIR:-~/.cache/vllm-pooling-operator}/crds/<module>@<version>/``, so later runs need no Go.
 Nothing fetched is copied into the repository.
 
-    python -m e2e.crds            # fetch/cache the third-party CRDs and print their paths
+    python -m e2e.kube.crds            # fetch/cache the third-party CRDs and print their paths
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from e2e import build
-from e2e.controlplane import REPO_ROOT
 from e2e.harness.poll import Fatal, wait_for
 from e2e.harness.rest import ApiError
+from e2e.kube import build
+from e2e.kube.controlplane import REPO_ROOT
 
 if TYPE_CHECKING:
-    from e2e.controlplane import ControlPlane
+    from e2e.kube.controlplane import ControlPlane
 
 # (module, version, files inside the module). The proxy's version list for prometheus-operator shows only
 # v0.85.0, yet v0.93.0 downloads (and matches shared/reference/crds), so the version is pinned here.
@@ -54,9 +54,9 @@ THIRD_PARTY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
 )
-# Kueue (e2e/kueue.py): every kind of its API, since its manager starts controllers and informers for all of them
+# Kueue (e2e/kube/kueue.py): every kind of its API, since its manager starts controllers and informers for all of them
 # (AdmissionCheck, Cohort, Topology, MultiKueue, ProvisioningRequestConfig too). Served at v1beta1 and v1beta2
-# (storage); e2e/kueue.py sets the conversion webhook of the kinds Kueue converts while it runs.
+# (storage); e2e/kube/kueue.py sets the conversion webhook of the kinds Kueue converts while it runs.
 KUEUE_MODULE = build.CONTROLLER_MODULES["kueue"]
 KUEUE_CRDS = tuple(
     f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
@@ -81,7 +81,7 @@ def third_party_crd_files(log: Callable[[str], None] | None = None) -> list[Path
 
 
 def kueue_crd_files(log: Callable[[str], None] | None = None) -> list[Path]:
-    """Kueue's CRDs at the version the controllers' go.mod pins (``e2e/kueue.py`` installs them when it starts
+    """Kueue's CRDs at the version the controllers' go.mod pins (``e2e/kube/kueue.py`` installs them when it starts
     Kueue; they are not among ``THIRD_PARTY``, which every session installs)."""
     return module_files(KUEUE_MODULE, build.controller_versions()["kueue"], KUEUE_CRDS, log)
 

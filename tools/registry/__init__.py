@@ -32,11 +32,11 @@ operator/pooling_operator/vllm/registry/README.md has the schema and the command
 Run from the repository root: ``-m`` puts the current folder on ``sys.path``, which the runtime's interpreter
 otherwise lacks.
 
-    python -m e2e.realvllm.registry --runtime --sdist /tmp/vsrc/vllm-0.32.0 --out vllm-0.32.json \\
+    python -m tools.registry --runtime --sdist /tmp/vsrc/vllm-0.32.0 --out vllm-0.32.json \\
         [--transformers-out transformers-5.19.0.json]
-    python -m e2e.realvllm.registry --source /tmp/vsrc/vllm-0.33.0 --out vllm-0.33.json
-    python -m e2e.realvllm.registry --transformers-only --transformers-out transformers-X.json
-    python -m e2e.realvllm.registry --compare A.json B.json                   # exit 1 on a difference
+    python -m tools.registry --source /tmp/vsrc/vllm-0.33.0 --out vllm-0.33.json
+    python -m tools.registry --transformers-only --transformers-out transformers-X.json
+    python -m tools.registry --compare A.json B.json                   # exit 1 on a difference
 
 Only the standard library is imported outside ``--runtime`` and ``--transformers-out``.
 

@@ -1,8 +1,8 @@
 """The local control plane's command line, used by ``e2e/cluster.mk`` (``make cluster-up`` and friends):
 
-    python -m e2e.cluster_cli up [--run-dir .cluster]   # detached; idempotent; builds binaries if missing
-    python -m e2e.cluster_cli down [--run-dir .cluster]
-    python -m e2e.cluster_cli status|logs [--run-dir .cluster]
+    python -m e2e.kube.cli up [--run-dir .cluster]   # detached; idempotent; builds binaries if missing
+    python -m e2e.kube.cli down [--run-dir .cluster]
+    python -m e2e.kube.cli status|logs [--run-dir .cluster]
 
 ``up`` starts a detached supervisor (``_serve``) that owns a ``ControlPlane`` and stops it on SIGTERM.
 """
@@ -20,11 +20,11 @@ import threading
 import time
 from pathlib import Path
 
-from e2e import build
-from e2e.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane
 from e2e.harness.poll import Timeout, wait_for
 from e2e.harness.processes import ComponentDied, _alive, _kill_group, log_tails, reap_strays
 from e2e.harness.state import read_state, read_supervisor, supervisor_alive, write_supervisor
+from e2e.kube import build
+from e2e.kube.controlplane import DEFAULT_RUN_DIR, REPO_ROOT, ControlPlane
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -41,7 +41,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with open(sup_log, "ab") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "e2e.cluster_cli", "_serve", "--run-dir", str(run_dir)],
+            [sys.executable, "-m", "e2e.kube.cli", "_serve", "--run-dir", str(run_dir)],
             cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=fh,
@@ -149,7 +149,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.cluster_cli")
+    ap = argparse.ArgumentParser(prog="python -m e2e.kube.cli")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down", "status", "logs", "_serve"):
         p = sub.add_parser(name)

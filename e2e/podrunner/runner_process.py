@@ -1,4 +1,4 @@
-"""Start and read the pod runner (``python -m e2e.realvllm.kubelet``) from tests and the demo."""
+"""Start and read the pod runner (``python -m e2e.podrunner.kubelet``) from tests and the demo."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import REPO_ROOT, ControlPlane
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import _child_setup, stop_pid, stop_process
-from e2e.realvllm.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
-from e2e.realvllm.podspec import image_repository
+from e2e.kube.controlplane import REPO_ROOT, ControlPlane
+from e2e.podrunner.kubelet import DEFAULT_NODE, NODE_LABEL, NODE_LABEL_VALUE
+from e2e.podrunner.podspec import image_repository
 from e2e.realvllm.runtime import MODELS, Runtime
 from e2e.standin import vllm_cli
 from pooling_operator import OPERATOR_IMAGE
@@ -117,7 +117,7 @@ class PodRunner:
         self.standin_bin = self.state_dir / "standin-bin"
         self.proc: subprocess.Popen[bytes] | None = None
         self.argv = [
-            sys.executable, "-m", "e2e.realvllm.kubelet",
+            sys.executable, "-m", "e2e.podrunner.kubelet",
             "--kubeconfig", str(cluster.kubeconfig),
             "--node-name", node,
             "--state-dir", str(self.state_dir),

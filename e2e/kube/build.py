@@ -10,9 +10,9 @@ in a cache folder outside the clone, keyed by those versions:
 and are reused when present. Binaries a user already has can be supplied the envtest way: every file named
 like a component in ``$KUBEBUILDER_ASSETS`` (kube-apiserver, etcd, kubectl, ...) is used instead of ours.
 
-    python -m e2e.build            # build what is missing, print the folder
-    python -m e2e.build --check    # exit 1 if anything is missing, build nothing
-    python -m e2e.build --force    # rebuild
+    python -m e2e.kube.build            # build what is missing, print the folder
+    python -m e2e.kube.build --check    # exit 1 if anything is missing, build nothing
+    python -m e2e.kube.build --force    # rebuild
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-E2E_DIR = Path(__file__).resolve().parent
+E2E_DIR = Path(__file__).resolve().parents[1]
 MODULES_DIR = E2E_DIR / "cluster"
 
 
@@ -74,7 +74,7 @@ TOOLS = (Group("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}),
 # pins resolve together (both on k8s.io/* v0.35 and controller-runtime v0.23; KEDA's replace block is copied
 # into its go.mod), one ``go build``, and their own cache folder keyed by both versions and the pins, never
 # the control plane's: bin/controllers-keda-<v>_kueue-<v>_<os>-<arch>_<hash>/. ``make test`` builds it in
-# the background once the control plane is built (``python -m e2e.build --controllers``), at low priority;
+# the background once the control plane is built (``python -m e2e.kube.build --controllers``), at low priority;
 # the tests that need it wait for it with a deadline (``controllers``).
 CONTROLLERS = Group(
     "controllers",
@@ -182,7 +182,7 @@ def find(*, build: bool = False, log: Callable[[str], None] | None = None) -> Bi
         if not build:
             raise MissingBinaries(
                 f"missing {', '.join(todo)} in {bin_dir(versions)}; run `make cluster-build` "
-                "(python -m e2e.build) or point KUBEBUILDER_ASSETS at a folder holding them"
+                "(python -m e2e.kube.build) or point KUBEBUILDER_ASSETS at a folder holding them"
             )
         build_missing(versions, log=log)
     d = bin_dir(versions)
@@ -541,7 +541,7 @@ def controllers_report() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m e2e.kube.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report; exit 1 when something is missing")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("--print-dir", action="store_true", help="print only the cache folder")

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
+REPO = HERE.parents[1]
 REGISTRY_DIR = REPO / "operator" / "pooling_operator" / "vllm" / "registry"
-PROG = "e2e/realvllm/registry"  # what the tables say made them ("generated_by", "source")
+PROG = "tools/registry"  # what the tables say made them ("generated_by", "source")
 
 _T0 = time.monotonic()
 

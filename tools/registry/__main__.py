@@ -1,4 +1,4 @@
-"""The command line: ``python -m e2e.realvllm.registry --runtime|--source DIR|--transformers-only|--compare A B``
+"""The command line: ``python -m tools.registry --runtime|--source DIR|--transformers-only|--compare A B``
 (the package's docstring is its ``--help``)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .transformers_mode import transformers_table
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m e2e.realvllm.registry", description=OVERVIEW,
+    p = argparse.ArgumentParser(prog="python -m tools.registry", description=OVERVIEW,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--runtime", action="store_true", help="read the vLLM installed in this interpreter")

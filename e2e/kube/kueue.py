@@ -1,5 +1,5 @@
 """Real Kueue v0.17.0 beside the control plane: its one manager binary, built from the pinned module
-(``e2e/build.py``, ``CONTROLLERS``) and run as a local process with the admin kubeconfig.
+(``e2e/kube/build.py``, ``CONTROLLERS``) and run as a local process with the admin kubeconfig.
 
     kueue = Kueue(cluster, build.controllers(wait_seconds=900)).start()   # webhooks answer through the API server
     kueue.queues(namespace, "lq", "cq", {"nvidia.com/gpu": "2"})
@@ -7,7 +7,7 @@
     kueue.stop()
 
 How the pieces meet, all on loopback:
-- Kueue's CRDs come from its Go module (``e2e/crds.py``, ``KUEUE_CRDS``: every kind, its manager watches them all);
+- Kueue's CRDs come from its Go module (``e2e/kube/crds.py``, ``KUEUE_CRDS``: every kind, its manager watches them all);
 - the webhook server listens on ``127.0.0.1`` with a certificate of the harness's PKI (``pki.issue``, IP SAN
   ``127.0.0.1``). Internal cert management is off, so the harness registers the webhooks itself, by
   ``clientConfig.url`` with the harness CA as caBundle: only the batch/v1 Job entries and those of Kueue's own
@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from e2e import build
-from e2e.crds import KUEUE_MODULE, install_crds, kueue_crd_files, module_files
 from e2e.harness.pki import issue
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
 from e2e.harness.rest import ApiError
 from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
+from e2e.kube import build
+from e2e.kube.crds import KUEUE_MODULE, install_crds, kueue_crd_files, module_files
 from pooling_operator.api import kueue as kueue_api
 
 if TYPE_CHECKING:
-    from e2e.controlplane import ControlPlane
+    from e2e.kube.controlplane import ControlPlane
 
 NAMESPACE = "kueue-system"  # Kueue's own namespace (config ``namespace``); jobs there are not managed
 # Kueue's names, as the operator knows them (pooling_operator/api/kueue.py, one place)

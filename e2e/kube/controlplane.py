@@ -13,7 +13,7 @@ start time) and the folders to remove, so a run that was killed (SIGKILL, OOM) i
 them.
 
 This module holds ``ControlPlane``; its command line (``make cluster-up`` and friends) is
-``e2e/cluster_cli.py``, and the pieces it is built from live in ``e2e/harness/`` (polling, PKI, processes,
+``e2e/kube/cli.py``, and the pieces it is built from live in ``e2e/harness/`` (polling, PKI, processes,
 REST client, cluster config and nodes, component flags, state files), re-exported here under their old names.
 """
 
@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from e2e import build
 from e2e.harness import audit, components
 from e2e.harness.config import (
     ClusterConfig,
@@ -60,8 +59,9 @@ from e2e.harness.processes import (
 )
 from e2e.harness.rest import Api, _http_json, _https_ok
 from e2e.harness.state import read_state, write_state
+from e2e.kube import build
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUN_DIR = REPO_ROOT / ".cluster"
 
 
