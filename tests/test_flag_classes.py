@@ -9,7 +9,7 @@ import pytest
 
 from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, contract
 from pooling_operator.vllm.flag_classes import CLASSES, classify, code_keys, flags_of
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import hidden_states, pooling
 

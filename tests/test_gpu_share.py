@@ -14,7 +14,7 @@ from pooling_operator.builders import BuildContext, plan
 from pooling_operator.vllm import memory
 from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS
 from pooling_operator.vllm.memory import gpus_held
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from pooling_operator.vllm.workload import workload
 from tests.factories import hidden_states, pooling, pooling_job, scoring

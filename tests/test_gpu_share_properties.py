@@ -21,7 +21,7 @@ from pooling_operator.builders.common import TIME_SLICED_RESOURCE
 from pooling_operator.vllm import memory
 from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS
 from pooling_operator.vllm.memory import gpus_held
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
 from tests.properties_support import PROPERTY_SETTINGS

@@ -20,7 +20,7 @@ from pooling_operator.manifests import MAX_DOCUMENTS, ManifestError, load, measu
 from pooling_operator.vllm.confinement import CODE_ENV, outside
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.flag_classes import flags_of
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import duplicate_problems, problem_line, validate
 from tests.factories import pooling, scoring
 

@@ -16,7 +16,7 @@ import yaml
 
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.vllm.contract import contract
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from tests import vllm_argv
 from tests.conftest import data_file

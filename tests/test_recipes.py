@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import generative, hidden_states, policy, pooling, scoring
 

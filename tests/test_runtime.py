@@ -505,7 +505,7 @@ def test_a_spec_refused_after_an_upgrade_keeps_its_running_workload() -> None:
     """A spec that passed the rules it was applied under and fails the rules now (an upgrade that tightens a rule;
     here --worker-cls, which imports code from outside vLLM and passed before this release) never takes the
     service down: no child is deleted or changed, and status says why and what is kept."""
-    from pooling_operator.vllm.rules import Settings
+    from pooling_operator.vllm.settings import Settings
 
     async def main() -> None:
         world = World()

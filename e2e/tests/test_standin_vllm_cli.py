@@ -14,7 +14,7 @@ from e2e.podrunner.runner_process import STANDIN_IMAGE
 from e2e.standin import vllm_cli
 from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.builders import BuildContext, plan
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 
 

@@ -26,7 +26,7 @@ from pooling_operator.pods.model_cache.cli import add_parser as add_model_cache_
 from pooling_operator.pods.vectors.cli import add_parser as add_pooling_job_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.embedding_space import space_clashes
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.share_rules import SHARE_KINDS
 from pooling_operator.vllm.storage_rules import cache_contradictions, shared_compile_caches
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate

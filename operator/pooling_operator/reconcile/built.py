@@ -17,7 +17,7 @@ from pooling_operator.builders.diff import with_hash
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.state import Built, Memory
 from pooling_operator.status import conditions as C
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 
 

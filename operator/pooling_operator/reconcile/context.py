@@ -17,7 +17,7 @@ from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
 from pooling_operator.k8s.api import ApiError, Kube
 from pooling_operator.k8s.cache import Cache
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_name_for, selects
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.services import AutoscalingSpec
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 
 

@@ -20,7 +20,8 @@ from pooling_operator.api.crd import crd
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem, from_validation_error, nesting_problem, shown
 from pooling_operator.vllm.contract import Contract
-from pooling_operator.vllm.rules import Settings, judge
+from pooling_operator.vllm.rules import judge
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.workload import Workload
 
 NAME_MESSAGE = M.NAME_DNS1035

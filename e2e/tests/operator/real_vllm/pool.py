@@ -22,7 +22,7 @@ from typing import Any
 from e2e.tests.operator.real_vllm.serving import Deployer, Served  # Deployer: apply, await_ready, delete
 from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.builders import BuildContext, plan
-from pooling_operator.vllm.rules import Settings
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import problem_line, validate
 
 MAX_ALIVE = 2  # two vLLM starts at once use both cores; a third only slows the other two
