@@ -6,8 +6,9 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import HfRepo, Name, Quantity, SecretKeyRef, Spec, StatusBase, TemplateSpec
+from pooling_operator.api.base import HfRepo, SecretKeyRef, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.schema import Name, Quantity, Spec
 
 
 class CachedModel(Spec):

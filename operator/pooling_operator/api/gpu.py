@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import Name, Quantity, Spec
 from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.schema import Name, Quantity, Spec
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -7,18 +7,10 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StringConstraints
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import (
-    EngineSpec,
-    ModelSpec,
-    Name,
-    ObjectDict,
-    Quantity,
-    Spec,
-    StatusBase,
-    TemplateSpec,
-)
+from pooling_operator.api.base import EngineSpec, ModelSpec, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.schema import Name, ObjectDict, Quantity, Spec
 
 AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")]
 

@@ -9,8 +9,9 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import Duration, Name, ObjectDict, Spec, StatusBase, duration_seconds
+from pooling_operator.api.base import StatusBase
 from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.schema import Duration, Name, ObjectDict, Spec, duration_seconds
 from pooling_operator.api.services import AutoscalingSpec, Backend, ScaleBehavior
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring:9090"

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import EngineSpec, ModelSpec, Quantity, Spec, StatusBase, TemplateSpec
+from pooling_operator.api.base import EngineSpec, ModelSpec, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.jobs import ClaimPath, OutputStatus, QueueSpec, SampleCounts, ShardCounts
+from pooling_operator.api.schema import Quantity, Spec
 from pooling_operator.api.services import (
     MATRYOSHKA_RULE,
     Convert,

@@ -7,11 +7,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pooling_operator.api.base import Spec, StatusBase
+from pooling_operator.api.base import StatusBase
 from pooling_operator.api.caches import ModelCacheSpec, ModelCacheStatus
 from pooling_operator.api.jobs import HiddenStateJobSpec, HiddenStateJobStatus
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingPolicyStatus
 from pooling_operator.api.pooling_jobs import PoolingJobSpec, PoolingJobStatus
+from pooling_operator.api.schema import Spec
 from pooling_operator.api.services import (
     PoolingServiceSpec,
     PoolingServiceStatus,

@@ -7,18 +7,10 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import (
-    Duration,
-    EngineSpec,
-    ModelSpec,
-    Name,
-    SecretKeyRef,
-    Spec,
-    StatusBase,
-    TemplateSpec,
-)
+from pooling_operator.api.base import EngineSpec, ModelSpec, SecretKeyRef, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.schema import Duration, Name, Spec
 from pooling_operator.api.startup import StartupStatus
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]

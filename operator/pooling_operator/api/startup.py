@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from pooling_operator.api.base import Spec
+from pooling_operator.api.schema import Spec
 
 
 class PhaseStartup(Spec):

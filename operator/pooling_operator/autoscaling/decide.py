@@ -43,9 +43,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import STEP_PERIOD_SECONDS
 from pooling_operator.api.policy import AutoscalingTargets as Targets
+from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling import ahead
 from pooling_operator.status.conditions import (
     LIMIT_BUDGET,

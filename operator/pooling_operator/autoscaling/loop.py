@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
@@ -28,6 +27,7 @@ from pooling_operator.api.policy import (
     AutoscalingTargets,
     PrometheusSpec,
 )
+from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling.decide import (
     PERIOD_SECONDS,
     Budget,

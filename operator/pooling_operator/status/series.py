@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.quantity import parse_quantity
+from pooling_operator.api.schema import duration_seconds
 from pooling_operator.status import conditions as C
 
 OBJECT_LABELS = ("kind", "namespace", "name")

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.base import duration_seconds
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
+from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Budget, Observed, State, decide, signals_from
 from pooling_operator.autoscaling.simulator.baselines import Oracle, hpa_queue, keda
 from pooling_operator.autoscaling.simulator.promql import Prometheus
