@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
@@ -303,7 +303,7 @@ class Autoscaler:
         s.state = d.state
         if d.desired != r.current:
             await write_scale(self.kube, r.body, r.current, d)
-            s.last_scale_time = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            s.last_scale_time = rfc3339()
         await write_status(self.kube, r.body, d, r.current, r.ready,
                            s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"), self.cache)
 

@@ -5,22 +5,18 @@ and only when something changed."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Counter
 
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.autoscaling.decide import Decision
-from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube
+from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube, status_patch
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
 WRITES = Counter("vllm_pooling_operator_autoscaler_writes", "Writes of the autoscaler.", ["what"])  # scale | status
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 FIGURE_TOLERANCE = 0.1  # a status figure is rewritten when it moved by more than this share
@@ -90,17 +86,11 @@ async def write_status(
     old_mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
     new = {
         "autoscaling": autoscaling_status(decision, current, ready, last_scale_time),
-        "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), _now()),
+        "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), rfc3339()),
     }
     if _same(old, new):
         return False
-    patch = {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "status": new,
-    }
-    written = await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    written = await kube.apply(status_patch(body, new), manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
     if cache is not None:
         cache.wrote(written)  # the next period reads it even if the watch has not shown it yet
     WRITES.labels("status").inc()
@@ -118,6 +108,4 @@ async def clear_status(kube: Kube, body: dict[str, Any]) -> None:
     mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
     if not mine and "autoscaling" not in old:
         return
-    meta = body["metadata"]
-    patch = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
-    await kube.apply(patch, manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
+    await kube.apply(status_patch(body), manager=AUTOSCALER_FIELD_MANAGER, subresource="status")

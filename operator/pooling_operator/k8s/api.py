@@ -12,13 +12,13 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
 from prometheus_client import Counter
 
+from pooling_operator.api.clock import micro_time
 from pooling_operator.api.kinds import KINDS, Kind, kind_of
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,26 @@ class ApiError(Exception):
         self.body = body
         self.retry_after = retry_after  # seconds, from the answer's Retry-After header (a 429 carries one)
 
+    @property
+    def gone(self) -> bool:
+        """The object, or its whole namespace, is gone or going: 404, or 403 NamespaceTerminating (the API server
+        refuses to create anything in a namespace being deleted)."""
+        return self.status == 404 or (self.status == 403 and "NamespaceTerminating" in self.body)
+
 
 class TransientError(ApiError):
     """Worth retrying: a conflict, throttling, a server error or a broken connection."""
+
+
+def status_patch(body: Mapping[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The server-side apply of `body`'s status subresource: its identity and `status` (None: nothing, which
+    drops every status field the applying manager owned)."""
+    meta = body["metadata"]
+    patch = {"apiVersion": body["apiVersion"], "kind": body["kind"],
+             "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})}}
+    if status is not None:
+        patch["status"] = status
+    return patch
 
 
 UNTYPEABLE_PATCH = "failed to create typed patch object"
@@ -250,7 +267,7 @@ class Kube:
     async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the owner; failures are logged, never raised (events are best effort)."""
         meta = owner["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = micro_time()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -283,7 +300,7 @@ class Kube:
                 log.warning("Could not post event %s on %s/%s after %d tries: %s", reason, owner["kind"], meta["name"],
                             attempt + 1, exc)
             except ApiError as exc:
-                if exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body):
+                if exc.gone:
                     # The namespace is going away with everything in it: nothing to tell anyone.
                     log.debug("Dropped event %s on %s/%s: its namespace is gone or terminating", reason, owner["kind"], meta["name"])
                     return

@@ -22,7 +22,6 @@ from pooling_operator.reconcile.context import (
     Gone,
     InvalidSpec,
     Tracker,
-    _is_gone,
 )
 from pooling_operator.reconcile.flow import Kind, run
 from pooling_operator.reconcile.jobs import JOBS
@@ -62,7 +61,7 @@ class Reconciles:
         try:
             status = await run(self.kinds[kind], self.ctx, self.memory, self.policies(), body)
         except ApiError as exc:
-            if not _is_gone(exc):
+            if not exc.gone:
                 RECONCILES.labels(kind, "error").inc()
                 raise
             RECONCILES.labels(kind, "gone").inc()

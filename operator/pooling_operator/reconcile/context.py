@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
@@ -15,7 +14,7 @@ from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
-from pooling_operator.k8s.api import ApiError, Kube
+from pooling_operator.k8s.api import Kube
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.vllm.settings import Settings
 
@@ -106,12 +105,8 @@ class Gone(Exception):
     """The resource or its namespace went away while it was being reconciled: nothing left to do."""
 
 
-def _is_gone(exc: ApiError) -> bool:
-    return exc.status == 404 or (exc.status == 403 and "NamespaceTerminating" in exc.body)
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ref(obj: dict[str, Any]) -> str:

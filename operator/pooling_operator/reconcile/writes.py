@@ -9,17 +9,21 @@ import json
 import logging
 from typing import Any
 
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.kinds import OPTIONAL_KINDS, kind_of
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply
 from pooling_operator.builders.ownership import held_by
-from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, ApiError
-from pooling_operator.k8s.api import FIELD_MANAGER as FIELD_MANAGER_NAME
-from pooling_operator.k8s.api import TransientError as TransientApiError
+from pooling_operator.k8s.api import (
+    AUTOSCALER_FIELD_MANAGER,
+    FIELD_MANAGER,
+    ApiError,
+    TransientError,
+    status_patch,
+)
 from pooling_operator.k8s.cache import owner_key, replica_managers
-from pooling_operator.reconcile.context import WRITES, Context, _ref, now
+from pooling_operator.reconcile.context import WRITES, Context, _ref
 from pooling_operator.reconcile.state import Memory
-from pooling_operator.status import conditions
 from pooling_operator.status import conditions as C
 
 log = logging.getLogger(__name__)
@@ -76,7 +80,7 @@ async def converge(
     try:
         return await _converge(ctx, memory, body, desired, observed)
     except ApiError as exc:
-        if exc.status not in (400, 422, 500) or isinstance(exc, TransientApiError):  # a lasting 500: see k8s.api.classify
+        if exc.status not in (400, 422, 500) or isinstance(exc, TransientError):  # a lasting 500: see k8s.api.classify
             raise
         raise ChildRefused([Problem("spec", f"the API server refused a child object: {_server_message(exc)}")]) from exc
 
@@ -191,7 +195,7 @@ def _and(items: list[str]) -> str:
 async def _hand_over_replicas(ctx: Context, desired: dict[str, Any], observed: dict[str, Any]) -> None:
     """When autoscaling takes over, give the current replica count to the autoscaler's field manager
     before we stop setting it; otherwise dropping the field would reset the Deployment to 1 replica."""
-    if "replicas" in desired["spec"] or FIELD_MANAGER_NAME not in replica_managers(observed):
+    if "replicas" in desired["spec"] or FIELD_MANAGER not in replica_managers(observed):
         return
     meta = observed["metadata"]
     scale = {
@@ -213,28 +217,23 @@ async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], 
     if not old["conditions"]:
         old.pop("conditions")
     new = dict(new)
-    new["conditions"] = conditions.merge(old.get("conditions"), new["conditions"], now())
+    new["conditions"] = C.merge(old.get("conditions"), new["conditions"], rfc3339())
     if new == old:
         return
     meta = body["metadata"]
-    patch = {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": {"name": meta["name"], **({"namespace": meta["namespace"]} if meta.get("namespace") else {})},
-        "status": new,
-    }
-    announced = conditions.announced(old.get("conditions"), new["conditions"])
+    patch = status_patch(body, new)
+    announced = C.announced(old.get("conditions"), new["conditions"])
     try:
         written = await ctx.kube.apply(patch, subresource="status")
     except ApiError as exc:
-        if isinstance(exc, TransientApiError) or exc.status not in (400, 413, 422, 500):
+        if isinstance(exc, TransientError) or exc.status not in (400, 413, 422, 500):
             raise
         # Refused for what it holds (too large, or a value the API server will not store): keep a condition that
         # says so, rather than no status at all and a retry every minute for ever.
         why = f"the API server refused this resource's status (HTTP {exc.status}): {_server_message(exc)[:500]}"
         generation = meta.get("generation")
         refused = C.condition(C.READY, False, C.STATUS_REFUSED, why, generation)
-        patch["status"] = {"observedGeneration": generation, "conditions": conditions.merge(old.get("conditions"), [refused], now())}
+        patch["status"] = {"observedGeneration": generation, "conditions": C.merge(old.get("conditions"), [refused], rfc3339())}
         announced = [("Warning", C.STATUS_REFUSED, why)]
         log.warning("%s %s/%s: %s", body["kind"], meta.get("namespace", ""), meta["name"], why)
         written = await ctx.kube.apply(patch, subresource="status")

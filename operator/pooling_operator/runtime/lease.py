@@ -13,11 +13,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Gauge
 
+from pooling_operator.api.clock import micro_time
 from pooling_operator.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,6 @@ LEASE_SECONDS = 15
 RENEW_DEADLINE_SECONDS = 10
 RETRY_SECONDS = 2
 LEADER = Gauge("vllm_pooling_operator_leader", "1 while this replica holds the Lease and acts; 0 while it stands by.")
-
-
-def _micro(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -59,7 +55,7 @@ class Leadership:
             if exc.status != 404:
                 raise
             lease = None
-        stamp = _micro(datetime.now(UTC))
+        stamp = micro_time()
         if lease is None:
             body = {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pooling_operator.api import PoolingJob, PoolingService, ScoringService
+from pooling_operator.api.clock import parse_time
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
@@ -279,7 +280,9 @@ def degraded_by_time(status: dict[str, Any], old_conditions: list[dict[str, Any]
     before = next((c for c in old_conditions or [] if c.get("type") == C.READY), None)
     if not before or before.get("status") != "False" or not before.get("lastTransitionTime"):
         return
-    since = datetime.fromisoformat(before["lastTransitionTime"].replace("Z", "+00:00"))
+    since = parse_time(before["lastTransitionTime"])
+    if since is None:
+        return
     waited = (now - since).total_seconds()
     if waited > budget_seconds:
         degraded.update(

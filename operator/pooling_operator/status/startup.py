@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from pooling_operator.api.clock import parse_time
 from pooling_operator.builders.common import SERVER_CONTAINER
 
 TYPICAL_OVER = 10  # typicalSeconds follows about the last this many samples (a running mean)
@@ -34,18 +35,10 @@ class Startup(NamedTuple):
     phases: dict[str, float]
 
 
-def _time(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
 
 def _true_since(status: dict[str, Any], kind: str) -> datetime | None:
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == kind and c.get("status") == "True"), None)
-    return _time((cond or {}).get("lastTransitionTime"))
+    return parse_time((cond or {}).get("lastTransitionTime"))
 
 
 def phase_times(pod: dict[str, Any]) -> dict[str, datetime]:
@@ -53,7 +46,7 @@ def phase_times(pod: dict[str, Any]) -> dict[str, datetime]:
     status = pod.get("status") or {}
     out = {phase: at for phase, kind in _CONDITION_OF.items() if (at := _true_since(status, kind)) is not None}
     server = next((c for c in status.get("containerStatuses") or [] if c.get("name") == SERVER_CONTAINER), None)
-    started = _time((((server or {}).get("state") or {}).get("running") or {}).get("startedAt"))
+    started = parse_time((((server or {}).get("state") or {}).get("running") or {}).get("startedAt"))
     if started is not None:
         out["started"] = started
     return {phase: out[phase] for phase in PHASES if phase in out}
@@ -64,7 +57,7 @@ def pod_startups(pods: Iterable[dict[str, Any]]) -> list[Startup]:
     out = []
     for pod in pods:
         meta = pod.get("metadata") or {}
-        created = _time(meta.get("creationTimestamp"))
+        created = parse_time(meta.get("creationTimestamp"))
         times = phase_times(pod)
         at = times.get("ready")
         if created is None or at is None or not meta.get("uid"):

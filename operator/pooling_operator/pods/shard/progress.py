@@ -17,8 +17,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.hidden_state_contract import (
     PROGRESS_BYTES,
     PROGRESS_DONE,
@@ -53,7 +54,7 @@ class Counts:
 
 
 def payload(state: str, counts: Counts, now: datetime | None = None) -> str:
-    updated = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    updated = rfc3339(now)
     doc = {PROGRESS_STATE: state, PROGRESS_DONE: counts.done, PROGRESS_FAILED: counts.failed,
            PROGRESS_BYTES: counts.bytes, PROGRESS_TOTAL: counts.total, PROGRESS_UPDATED: updated,
            PROGRESS_TOKENS: counts.tokens, PROGRESS_HIDDEN_SIZE: counts.hidden_size,

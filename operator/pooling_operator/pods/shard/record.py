@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pooling_operator.api.clock import rfc3339
 
 RUN_RECORD = "run.json"
 
@@ -33,7 +34,7 @@ class RunRecord:
     dtype: str | None = None  # safetensors' name (F32, BF16, F16); None until a file or the flags say
     hidden_size: int | None = None
     vllm_version: str | None = None
-    started: str = field(default_factory=lambda: _now())
+    started: str = field(default_factory=rfc3339)
     finished: str | None = None
     state: str = "running"
     task: str | None = None  # the vectors mode (a PoolingJob) when set
@@ -77,10 +78,6 @@ class RunRecord:
         }  # fmt: skip
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def write_record(path: Path, record: RunRecord, driver_version: str) -> None:
     """Atomically: a reader sees the previous record or this one, never a torn one. A write that fails (the
     driver rewrites the record after the volume filled up) takes its temporary file with it. The record is
@@ -96,4 +93,4 @@ def write_record(path: Path, record: RunRecord, driver_version: str) -> None:
 
 
 def finish(record: RunRecord, state: str) -> None:
-    record.state, record.finished = state, _now()
+    record.state, record.finished = state, rfc3339()

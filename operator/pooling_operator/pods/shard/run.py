@@ -14,11 +14,11 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pooling_operator import __version__
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.hidden_state_contract import (
     BUDGET_EXCEEDED,
     DATASET_UNREADABLE,
@@ -266,5 +266,5 @@ class ShardRun:
         c = self.config
         doc = {"shard": c.shard, "shards": c.shards, "total": self.counts.total, "done": self.counts.done,
                "failed": self.counts.failed, "resumed": resumed, "bytes": self.counts.bytes,
-               "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+               "finished": rfc3339()}
         write_json_atomically(self.paths.success, doc)
