@@ -9,7 +9,6 @@
 - ``state``       the run folder's ``state.json`` and ``supervisor.json``.
 - ``audit``       the API server's audit policy and log (who the operator's ServiceAccount asked for what).
 - ``netns``       a network namespace of the harness's own, a veth pair and a TCP relay into loopback.
-- ``thirdparty``  what the KEDA and Kueue harnesses share: start once, skip or fail with the reason, log tails.
 
 ``e2e.kube.controlplane`` re-exports the names callers used before the split; import them from there.
 """

@@ -31,7 +31,7 @@ from e2e.harness.netns import Netns
 from e2e.harness.pki import issue
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
-from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
+from e2e.kube.thirdparty import Controller, ensure_namespace, http_ok
 
 if TYPE_CHECKING:
     from e2e.kube.controlplane import ControlPlane

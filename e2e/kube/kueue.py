@@ -39,9 +39,9 @@ from e2e.harness.pki import issue
 from e2e.harness.poll import wait_for
 from e2e.harness.processes import Component, _free_ports, spawn, stop_process
 from e2e.harness.rest import ApiError
-from e2e.harness.thirdparty import Controller, ensure_namespace, http_ok
 from e2e.kube import build
 from e2e.kube.crds import KUEUE_MODULE, install_crds, kueue_crd_files, module_files
+from e2e.kube.thirdparty import Controller, ensure_namespace, http_ok
 from pooling_operator.api import kueue as kueue_api
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.harness.thirdparty import start_controller
 from e2e.kube.controlplane import ControlPlane
 from e2e.kube.kueue import Kueue, mount_namespaces
+from e2e.kube.thirdparty import start_controller
 
 
 @pytest.fixture(scope="session")

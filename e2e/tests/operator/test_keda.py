@@ -21,10 +21,10 @@ import pytest
 
 from e2e.harness import netns
 from e2e.harness.poll import wait_for
-from e2e.harness.thirdparty import start_controller
 from e2e.kube.controlplane import ControlPlane
 from e2e.kube.keda import HPA_SYNC_SECONDS, Keda
 from e2e.kube.prometheus import PrometheusServer
+from e2e.kube.thirdparty import start_controller
 from e2e.operator_process import OperatorProcess
 from e2e.standin.exporters import write_load
 from e2e.tests.operator.test_autoscaling import (  # noqa: F401 - fixtures

@@ -1,6 +1,6 @@
 """The operator's autoscaler in a closed loop on real vLLM: MiniLM served through the pod runner, a real Prometheus
 scraping the real ``/metrics`` of each Ready pod, a load step from a client that routes as kube-proxy would
-(e2e/realvllm/traffic.py: the Service's EndpointSlices, mapped to local ports through the runner's records), 1 -> 2
+(e2e/podrunner/traffic.py: the Service's EndpointSlices, mapped to local ports through the runner's records), 1 -> 2
 replicas, then back to 1 under a light load that keeps flowing through the drain. Nothing may be lost: the
 client never retries, so every non-200 answer and every connection error counts.
 
@@ -24,7 +24,7 @@ from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
 from e2e.podrunner.kubelet import OWN_CORE_ANNOTATION
 from e2e.podrunner.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
-from e2e.realvllm.traffic import RunnerTargets, SliceClient
+from e2e.podrunner.traffic import RunnerTargets, SliceClient
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.test_embeddings import minilm as embeddings_minilm
