@@ -269,6 +269,16 @@ KINDS: dict[str, KindInfo] = {
     )
 }
 
+def family(kind: str) -> Family:
+    """What the operator does with `kind` (KINDS): the question every per-kind branch asks instead of isinstance."""
+    return KINDS[kind].family
+
+
+def claims_space(kind: str) -> bool:
+    """Whether `kind`'s spec.embeddingSpace claims a vector space in its namespace."""
+    return KINDS[kind].claims_space
+
+
 OWNER_KINDS = tuple(k for k, info in KINDS.items() if info.family != "policy")  # reconciled, with children
 FAMILY_KINDS: dict[str, tuple[str, ...]] = {f: tuple(k for k, i in KINDS.items() if i.family == f)
                                             for f in ("service", "job", "cache", "policy")}

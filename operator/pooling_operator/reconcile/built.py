@@ -11,6 +11,7 @@ from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.api import HiddenStateJob, ModelCache, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import family
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache
 from pooling_operator.builders.diff import with_hash
@@ -44,7 +45,7 @@ def built(
                       None if names_invalid else dict(policies.valid), labels)
     resource = result.resource
     out = Built(key, policies, labels, resource, result.errors)  # type: ignore[arg-type]
-    if not result.errors and isinstance(resource, ModelCache):
+    if not result.errors and isinstance(resource, ModelCache):  # the cache family: no vLLM, no plan
         objects = build_cache(resource, operator_image or OPERATOR_IMAGE, settings.hub_endpoint)
         out = Built(key, policies, labels, resource, [], desired=[with_hash(o) for o in objects])
     elif not result.errors and resource is not None:
@@ -52,7 +53,7 @@ def built(
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
         reason = C.POLICY_NOT_ALLOWED
-        if isinstance(resource, PoolingService | ScoringService):
+        if family(resource.kind) == "service":  # only services follow a policy
             broken = policies.broken_for(resource.spec.autoscaling, resource.metadata.namespace, labels)
             if broken is not None:
                 policy_problems, reason = [broken], C.POLICY_INVALID

@@ -17,6 +17,7 @@ from prometheus_client import Gauge, Histogram
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import Resource, claims_space, family
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -73,7 +74,7 @@ class Services:
         waiting = cache_desired(b, cache, mount)
         if waiting is not None:
             return waiting
-        if isinstance(b.resource, PoolingService):
+        if claims_space(b.resource.kind):
             space = _embedding_space_problems(b.resource, body.get("status") or {})
             if space:
                 return Desired(b, space, C.EMBEDDING_SPACE_CHANGED)
@@ -137,7 +138,7 @@ class Services:
 
 def forget_metrics(resource: object) -> None:
     """Drop a gone service's series (a gauge would otherwise keep charging its last value)."""
-    if isinstance(resource, PoolingService | ScoringService):
+    if isinstance(resource, Resource) and family(resource.kind) == "service":
         labels = (resource.kind, resource.metadata.namespace or "", resource.metadata.name)
         try:
             GPUS_HELD.remove(*labels)

@@ -11,6 +11,7 @@ from pooling_operator.api.clock import parse_time
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
+from pooling_operator.api.resources import claims_space
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
@@ -208,7 +209,7 @@ def service_status(
     }
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)
-    if isinstance(resource, PoolingService):
+    if claims_space(resource.kind):
         status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(w)}
         if spec.embedding_space:
             status["embeddingSpace"]["label"] = spec.embedding_space
