@@ -15,6 +15,9 @@ Pure data: no I/O. The condition reasons a failure state maps to are status's bu
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 # --- The progress ConfigMap --------------------------------------------------------------------------
 
 PROGRESS_KEY_PREFIX = "shard-"
@@ -87,6 +90,17 @@ SUCCESS_MARKER = "_SUCCESS"  # JSON counts, written last: the shard is done
 MANIFEST_FIELDS = ("id", "file", "tokens", "bytes", "sha256")
 # One failed.jsonl line per failed sample of the latest run.
 FAILED_FIELDS = ("id", "line", "reason")
+
+
+RUN_RECORD = "run.json"  # beside each shard's manifest: what ran (the drivers write it; nothing in the operator reads it)
+
+
+def run_info(model: str, revision: str | None, image: str, command: list[str], **more: Any) -> str:
+    """The ``--run-info`` document the operator hands a driver for its run record: the model, its revision, the
+    image and vLLM's full command line (Kubernetes expands $(JOB_COMPLETION_INDEX) in it, as in vLLM's), plus
+    what a mode adds (a PoolingJob: its task and embedding space). The record reads these keys back."""
+    return json.dumps({"model": model, "revision": revision, "image": image, "command": command, **more},
+                      separators=(",", ":"))
 
 
 STAGING_FOLDER = ".staging"  # vLLM's shared_storage_path lives under it, one folder per shard

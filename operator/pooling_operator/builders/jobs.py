@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, kueue
+from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
@@ -49,10 +49,8 @@ def dtype_bytes(dtype: str | None) -> str:
 
 
 def run_info(resource: HiddenStateJob, w: Workload, argv: list[str]) -> str:
-    """What the driver records beside the manifest (pods/shard/record.py): the model, its revision, the
-    image and vLLM's full command line (Kubernetes expands $(JOB_COMPLETION_INDEX) in it, as in vLLM's)."""
-    doc = {"model": w.model.name, "revision": w.model.revision, "image": w.engine.image, "command": argv}
-    return json.dumps(doc, separators=(",", ":"))
+    """What the driver records beside the manifest (api/hidden_state_contract.run_info)."""
+    return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv)
 
 
 def driver_args(resource: HiddenStateJob, w: Workload, argv: list[str]) -> list[str]:

@@ -7,11 +7,11 @@ inputs in batches (api/pooling_job_contract). The children are a HiddenStateJob'
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import Any
 
 from pooling_operator.api import PoolingJob
+from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.pooling_job_contract import vector_dtype
 from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
@@ -35,11 +35,8 @@ def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
     task and the embedding space (label and fingerprint: the one a PoolingService with this model and pooling
     publishes)."""
     spec = resource.spec
-    doc = {
-        "model": w.model.name, "revision": w.model.revision, "image": w.engine.image, "command": argv,
-        "task": spec.task, "embeddingSpace": {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(w)},
-    }  # fmt: skip
-    return json.dumps(doc, separators=(",", ":"))
+    space = {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(w)}
+    return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, task=spec.task, embeddingSpace=space)
 
 
 def shard_args(resource: PoolingJob, w: Workload) -> list[str]:

@@ -22,15 +22,13 @@ from typing import Any
 
 from pooling_operator.api.clock import rfc3339
 
-RUN_RECORD = "run.json"
-
 
 @dataclass
 class RunRecord:
     shard: int
     shards: int
     layers: tuple[int, ...]
-    run_info: dict[str, Any]  # from the operator (--run-info): model, revision, image, command
+    run_info: dict[str, Any]  # from the operator (--run-info, api/hidden_state_contract.run_info)
     dtype: str | None = None  # safetensors' name (F32, BF16, F16); None until a file or the flags say
     hidden_size: int | None = None
     vllm_version: str | None = None

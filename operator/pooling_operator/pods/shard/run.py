@@ -29,6 +29,7 @@ from pooling_operator.api.hidden_state_contract import (
     EXIT_OUTPUT_FULL,
     FAILED,
     OUTPUT_FULL,
+    RUN_RECORD,
     SUCCEEDED,
 )
 from pooling_operator.pods.shard.budget import Budget, human_bytes
@@ -37,7 +38,7 @@ from pooling_operator.pods.shard.dataset import DatasetUnreadable, Sample, Shard
 from pooling_operator.pods.shard.files import out_of_space, write_json_atomically
 from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter, ShardPaths
 from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
-from pooling_operator.pods.shard.record import RUN_RECORD, RunRecord, finish, write_record
+from pooling_operator.pods.shard.record import RunRecord, finish, write_record
 
 log = logging.getLogger(__name__)
 
