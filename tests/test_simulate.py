@@ -398,3 +398,27 @@ def test_plot_names_the_formats_it_writes(tmp_path: Path, capsys: pytest.Capture
     assert main(["simulate", str(svc), "--trace", str(trace), "--plot", str(tmp_path / "run.pdf")]) == 2
     assert "run.pdf: the file name must end in .svg or .png" in capsys.readouterr().err
     assert not (tmp_path / "run.pdf").exists()
+
+
+def test_least_outstanding_routing_drains_a_backlog_that_even_routing_keeps() -> None:
+    # One replica takes 300 req/s (more than it serves) for 55 s while two more load; then 400 req/s, which three
+    # serve. A Service (even) keeps sending a third of the arrivals to the replica with the backlog, which then
+    # drains at a small fraction of its speed for minutes; a least-outstanding front sends them to the others.
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,300,16\n55,400,16\n240,400,16\n")
+    runs = {}
+    for routing in ("even", "least-outstanding"):
+        setup = setup_for(read_resource(service()), None, ServiceParams(startup_s=55), initial_replicas=1,
+                          routing=routing)
+        runs[routing] = run(setup, trace, Fixed({0.0: 3}))
+    even, least = runs["even"], runs["least-outstanding"]
+    assert abs(even.completed - least.completed) <= 5  # the same arrivals, answered (but the last instants)
+    assert least.minutes[2].p99 is not None and even.minutes[2].p99 is not None
+    assert least.minutes[2].p99 < 1.0 < even.minutes[2].p99  # the backlog is gone in one, still there in the other
+    assert least.slo_minutes_missed < even.slo_minutes_missed
+
+
+def test_a_routing_the_simulator_lacks_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    svc, trace = write(tmp_path, "svc.yaml", service()), write(tmp_path, "t.csv", STEP)
+    with pytest.raises(SystemExit):
+        main(["simulate", str(svc), "--trace", str(trace), "--routing", "round-robin"])
+    assert "least-outstanding" in capsys.readouterr().err

@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT / "operator"), str(HERE)]
 import families  # noqa: E402
 
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
-from pooling_operator.autoscaling.simulator.simulate import Result, setup_for, simulate  # noqa: E402
+from pooling_operator.autoscaling.simulator.simulate import ROUTINGS, Result, setup_for, simulate  # noqa: E402
 from pooling_operator.autoscaling.simulator.trace import parse_trace  # noqa: E402
 from pooling_operator.vllm.validate import validate  # noqa: E402
 
@@ -97,15 +97,15 @@ def changes_per_hour(r: Result, end: float) -> float:
     return changes / hours
 
 
-def one(job: tuple[str, int, bool]) -> dict[str, Any]:
+def one(job: tuple[str, int, bool, str]) -> dict[str, Any]:
     """One trace of one model through the four policies (in a worker process)."""
-    model_name, seed, keep_timelines = job
+    model_name, seed, keep_timelines, routing = job
     model = MODELS[model_name]
     family = families.family_of(seed)
     generated = families.trace(family, seed, model.params.capacity_rps)
     trace = parse_trace(generated.csv())
     resource = service(model)
-    setup = setup_for(resource, None, model.params, seed=seed)
+    setup = setup_for(resource, None, model.params, seed=seed, routing=routing)  # type: ignore[arg-type]
     started = time.perf_counter()
     results = simulate(resource, None, trace, setup, [*BASELINES, "oracle"])
     ours, oracle = results["operator"], results["oracle"]
@@ -206,12 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--out", type=Path, help="write the rows and the summary as JSON here")
     ap.add_argument("--plots", type=Path, help="draw each family's worst trace into this folder (PNG)")
+    ap.add_argument("--routing", choices=ROUTINGS, default="even",
+                    help="how requests reach ready replicas, for every policy alike (default even: a Service)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     seeds = list(range(7)) if args.quick else seeds_of(args.seeds)
     if args.family:
         seeds = [s for s in seeds if families.family_of(s) in args.family]
-    jobs = [(m, s, args.plots is not None) for m in (args.model or sorted(MODELS)) for s in seeds]
+    jobs = [(m, s, args.plots is not None, args.routing) for m in (args.model or sorted(MODELS)) for s in seeds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(one, jobs))
     summary = summarise(rows)
@@ -220,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(rows)} traces in {wall / 60:.1f} min of wall time ({args.jobs} workers)")
     if args.out:
         slim = [{k: v for k, v in r.items() if k != "csv"} for r in rows]
-        args.out.write_text(json.dumps({"seeds": args.seeds if not args.quick else "quick", "wall_seconds": round(wall),
+        args.out.write_text(json.dumps({"seeds": args.seeds if not args.quick else "quick", "routing": args.routing,
+                                        "wall_seconds": round(wall),
                                         "summary": summary, "rows": slim}, indent=1, default=str) + "\n")
     if args.plots:
         plot_worst(rows, args.plots)

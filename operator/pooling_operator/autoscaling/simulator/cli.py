@@ -20,6 +20,7 @@ from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.autoscaling.simulator.simulate import (
     DEFAULT_SCRAPE_SECONDS,
     POLICIES,
+    ROUTINGS,
     Result,
     Setup,
     setup_for,
@@ -76,6 +77,9 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument("--compare", type=_policies, default=[], metavar="POLICIES",
                    help=f"also run these on the same trace, comma-separated: {', '.join(POLICIES[1:])}")
     s.add_argument("--seed", type=int, default=0, help="seed of arrivals, routing and scrape phases (default 0)")
+    s.add_argument("--routing", choices=ROUTINGS, default="even",
+                   help="how requests reach ready replicas: even (a Kubernetes Service, the default) or least-outstanding "
+                        "(a front that sends each to the replica with the fewest in flight: what such a front would buy)")
     s.add_argument("--output", choices=("text", "json"), default="text", help="text (default) or one JSON object")
     s.add_argument("--scrape-interval", type=_number(float, positive=True), default=DEFAULT_SCRAPE_SECONDS, metavar="SECONDS",
                    help=f"seconds between Prometheus scrapes of a pod (default {DEFAULT_SCRAPE_SECONDS:g})")
@@ -136,7 +140,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise InputError(f"{args.trace}: {exc}") from None
         params = service_model(args, measured_startup(resource))
         setup = setup_for(resource, policy, params, seed=args.seed, scrape_interval=args.scrape_interval,
-                          initial_replicas=args.initial_replicas)
+                          initial_replicas=args.initial_replicas, routing=args.routing)
         if args.cotenant:
             return cmd_cotenants(args, resource, setup, trace)
         results = simulate(resource, policy, trace, setup, args.compare)
@@ -182,7 +186,7 @@ def cmd_cotenants(args: argparse.Namespace, resource: PoolingService | ScoringSe
             except InputError as exc:
                 raise InputError(f"{trace_path}: {exc}") from None
             own = steady_start(setup_for(service, policy, setup.params, seed=args.seed + i, scrape_interval=args.scrape_interval,
-                                         initial_replicas=args.initial_replicas), own_trace)
+                                         initial_replicas=args.initial_replicas, routing=args.routing), own_trace)
         tenant, device = tenant_for(service, own, trace if i == 0 else own_trace)
         tenants.append(tenant)
         devices.append((device, service))

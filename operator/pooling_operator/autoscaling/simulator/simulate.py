@@ -30,7 +30,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
@@ -62,6 +62,14 @@ class Policy(Protocol):
     def replicas(self, now: float, current: int, ready: int, values: Mapping[str, float | None]) -> int: ...
 
 
+# How a request reaches one of the ready replicas:
+#   even                a Kubernetes Service (kube-proxy): every ready replica equally likely, whatever it holds
+#   least-outstanding   a front that knows each replica's requests in flight and sends to the fewest (ties at
+#                       random), as a gateway's least-request balancing does; what a smarter front would buy
+Routing = Literal["even", "least-outstanding"]
+ROUTINGS: tuple[Routing, ...] = ("even", "least-outstanding")
+
+
 @dataclass(frozen=True)
 class Setup:
     """Everything about the service a run needs, resolved."""
@@ -73,6 +81,7 @@ class Setup:
     scrape_interval: float = DEFAULT_SCRAPE_SECONDS
     seed: int = 0
     initial_replicas: int | None = None  # ready at t = 0; `run` defaults to minReplicas (at least 1)
+    routing: Routing = "even"  # how arrivals reach ready replicas (ROUTINGS)
 
     @property
     def p99_target(self) -> float:
@@ -290,6 +299,18 @@ class ServiceRun:
             if q.replica.ready_at > t:
                 self._gone(q, t)
 
+    def _to(self, serving: list[_Pod], t: float) -> _Pod:
+        """The replica a request arriving at t goes to (Setup.routing)."""
+        if self.setup.routing == "even":
+            return serving[self._route.randrange(len(serving))]
+        for q in serving:  # what each holds at t: run it up to t first (nothing is submitted behind its clock)
+            for done in q.replica.advance(t):
+                self._record.add(done)
+                q.last_finish = done.finish
+        least = min(q.replica.in_flight for q in serving)
+        tied = [q for q in serving if q.replica.in_flight == least]
+        return tied[0] if len(tied) == 1 else tied[self._route.randrange(len(tied))]
+
     def next_time(self) -> float:
         t = self.t
         loading = [q.replica.ready_at for q in self.pods if q.removed_at is None and q.replica.ready_at > t]
@@ -301,7 +322,7 @@ class ServiceRun:
         serving = [q for q in pods if q.ready(self.t)]
         while self._pending is not None and self._pending[0] < t_next:
             if serving:
-                serving[self._route.randrange(len(serving))].replica.submit(*self._pending)
+                self._to(serving, self._pending[0]).replica.submit(*self._pending)
             else:
                 front.append(self._pending)
             self._pending = next(self._incoming, None)
@@ -318,7 +339,7 @@ class ServiceRun:
         serving = [q for q in pods if q.ready(t)]
         if front and serving:
             for arrival, tokens in front:
-                serving[self._route.randrange(len(serving))].replica.submit(t, tokens, origin=arrival)
+                self._to(serving, t).replica.submit(t, tokens, origin=arrival)
             front.clear()
         if t >= self._next_minute or t >= self.end:  # a minute ends: every request completed in it is recorded
             overdue = bool(front) and t - front[0][0] > setup.p99_target
@@ -369,7 +390,8 @@ def run(setup: Setup, trace: Trace, policy: Policy) -> Result:
 
 
 def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: ServiceParams, *, seed: int = 0,
-              scrape_interval: float = DEFAULT_SCRAPE_SECONDS, initial_replicas: int | None = None) -> Setup:
+              scrape_interval: float = DEFAULT_SCRAPE_SECONDS, initial_replicas: int | None = None,
+              routing: Routing = "even") -> Setup:
     """The Setup of a parsed resource; InputError when it is not an autoscaled service with a p99 target."""
     if not isinstance(resource, PoolingService | ScoringService):
         raise InputError(f"expected a PoolingService or ScoringService, got {getattr(resource, 'kind', type(resource).__name__)}")
@@ -380,7 +402,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
     return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_held(resource.spec.resources),
-                 scrape_interval, seed, initial_replicas)
+                 scrape_interval, seed, initial_replicas, routing)
 
 
 def _oracle(setup: Setup, trace: Trace) -> Oracle:
