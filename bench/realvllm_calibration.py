@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import math
 import os
 import random
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -40,9 +42,9 @@ sys.path.insert(0, str(REPO))
 
 from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import _free_ports, stop_process  # noqa: E402
-from e2e.podrunner.runner_process import on_this_machine  # noqa: E402
+from e2e.podrunner.runner_process import UNIPROC_ENV, on_this_machine  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
-from pooling_operator.autoscaling.simulator.calibrate import FIELDS, Point, fit, to_file, within  # noqa: E402
+from pooling_operator.autoscaling.simulator.calibrate import FIELDS, Point, fit, fit_open, to_file, within  # noqa: E402
 from pooling_operator.autoscaling.simulator.calibrate import closed_loop as closed_loop_model  # noqa: E402
 from pooling_operator.autoscaling.simulator.calibrate import open_loop as open_loop_model  # noqa: E402
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
@@ -72,7 +74,7 @@ def flag(argv: list[str], name: str, default: int) -> int:
     return int(argv[argv.index(name) + 1]) if name in argv else default
 
 
-def start_server(rt: runtime.Runtime, argv: list[str]) -> tuple[subprocess.Popen[bytes], str, float]:
+def start_server(rt: runtime.Runtime, argv: list[str], cpu_worker: bool = False) -> tuple[subprocess.Popen[bytes], str, float]:
     port = _free_ports(1)[0]
     argv = list(argv)
     argv[argv.index("--port") + 1] = str(port)
@@ -82,7 +84,8 @@ def start_server(rt: runtime.Runtime, argv: list[str]) -> tuple[subprocess.Popen
     print(f"starting: {shlex.join(argv)}\n  log: {log}", flush=True)
     began = time.monotonic()
     proc = subprocess.Popen(
-        argv, env={**os.environ, **rt.env()}, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        argv, env={**os.environ, **rt.env(), **({} if cpu_worker else UNIPROC_ENV)}, stdout=log.open("wb"),
+        stderr=subprocess.STDOUT, start_new_session=True
     )
     url = f"http://127.0.0.1:{port}"
 
@@ -126,7 +129,40 @@ def point(latencies: list[float], before: dict[str, float], after: dict[str, flo
         queue_s=d["queue_sum"] / d["inference_count"] if measured else None,
         inference_s=d["inference_sum"] / d["inference_count"] if measured else None,
         step_tokens=d["step_tokens_sum"] / d["steps"] if measured else None,
+        client_p99_s=latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
     ), latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
+def cpu_seconds(root: int | None) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the server's processes: the one started and every descendant, by
+    name (vLLM names its engine process VLLM::EngineCore); {} without a process of ours."""
+    if root is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, str, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "stat").read_text()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        stats[int(d.name)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick)
+    ours, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _, _) in stats.items():
+            if ppid == parent and pid not in ours:
+                ours.add(pid)
+                frontier.append(pid)
+    out: dict[str, float] = {}
+    for pid in ours:
+        if pid in stats:
+            label = "api" if pid == root else stats[pid][1]
+            out[label] = out.get(label, 0.0) + stats[pid][2]
+    return out
 
 
 def text_for(w: int, i: int) -> str:
@@ -215,50 +251,63 @@ def levels(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def shares(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fit", type=levels, default=[1, 8, 32], metavar="C,C,..", help="closed-loop levels fitted (default 1,8,32)")
     p.add_argument("--check", type=levels, default=[4, 16], metavar="C,C,..", help="closed-loop levels checked (default 4,16)")
-    p.add_argument("--open-loop", type=lambda t: [float(x) for x in t.split(",") if x.strip()], default=[0.7, 0.9],
-                   metavar="SHARE,..", help="open loops at these shares of the fitted capacity, checked too (default 0.7,0.9)")
+    p.add_argument("--open-fit", type=shares, default=[0.6, 0.8, 0.9], metavar="SHARE,..",
+                   help="open loops fitted, at these shares of the measured capacity (default 0.6,0.8,0.9)")
+    p.add_argument("--open-check", "--open-loop", type=shares, default=[0.5, 0.7, 0.85, 0.95], metavar="SHARE,..",
+                   help="open loops checked, at these shares of the measured capacity (default 0.5,0.7,0.85,0.95)")
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per level (after 3 s of warm-up)")
     p.add_argument("--url", help="use a running MiniLM server instead of starting one")
+    p.add_argument("--measurements", type=Path, metavar="FILE",
+                   help="fit and check the levels measured before (a --save file) instead of measuring")
+    p.add_argument("--save", type=Path, metavar="FILE", help="write every measured level here (JSON), to refit without vLLM")
     p.add_argument("--write", type=Path, metavar="FILE", help="write the fitted parameters here (YAML, simulate's flag names)")
     p.add_argument("--dtype", default="float32", help="engine.dtype set in the spec before rendering ('' keeps the "
                    "example's auto, which vLLM resolves to float16 on CPU); the service model was fitted on float32")  # fmt: skip
     p.add_argument("--client-core", type=int, default=1, help="pin the load client to this core (-1: no pinning)")
+    p.add_argument("--cpu-worker", action="store_true", help="let the CPU platform run the model in a worker process of its "
+                   "own (vLLM's CPU default) instead of in the engine core, as the pod runner and a GPU server run it")
     a = p.parse_args()
     argv = rendered_argv(a.dtype or None)
     base = ServiceParams(
         max_num_seqs=flag(argv, "--max-num-seqs", 128), max_num_batched_tokens=flag(argv, "--max-num-batched-tokens", 2048)
     )
-    proc = None
     began = time.perf_counter()
-    if a.url:
-        url, start_s = a.url, math.nan
+    if a.measurements:
+        saved = json.loads(a.measurements.read_text())
+        measured = {name: (Point(**m["point"]), m["p99"]) for name, m in saved["levels"].items()}
+        rates, cpu = saved["rates"], saved["cpu"]
+        base = dataclasses.replace(base, startup_s=saved["startup_s"])
+        source = f"{a.measurements} (measured {saved['measured']})"
     else:
-        proc, url, start_s = start_server(runtime.find(install_missing=True), argv)
-        print(f"vLLM answered /health {start_s:.0f} s after start", flush=True)
-        base = dataclasses.replace(base, startup_s=round(start_s, 1))
-    if a.client_core >= 0 and a.client_core < (os.cpu_count() or 1):
-        # like the reference sweep (load-curve.md): the client on core 1, off vLLM's worker core 0
-        os.sched_setaffinity(0, {a.client_core})
-    measured: dict[str, tuple[Point, float]] = {}
-    try:
-        asyncio.run(closed_loop(url, 4, 5.0, warmup=0.0))  # warm-up, discarded
-        for c in sorted({*a.fit, *a.check}):
-            measured[f"c={c}"] = asyncio.run(closed_loop(url, c, a.seconds))
-            print(f"c={c}: {measured[f'c={c}'][0]}", flush=True)
-        fitted = fit({c: measured[f"c={c}"][0] for c in a.fit}, base)
-        tokens = round(statistics.fmean(measured[f"c={c}"][0].tokens for c in a.fit))
-        rates = {}
-        for share in a.open_loop:
-            name = f"open {share:.0%} {share * fitted.capacity_rps(tokens):.0f}/s"
-            rates[name] = share * fitted.capacity_rps(tokens)
-            measured[name] = asyncio.run(open_loop(url, rates[name], a.seconds))
-            print(f"open loop {rates[name]:.1f}/s: {measured[name][0]}", flush=True)
-    finally:
-        stop_process(proc, 60)
+        measured, rates, cpu, start_s = measure(a, argv)
+        if not math.isnan(start_s):
+            base = dataclasses.replace(base, startup_s=round(start_s, 1))
+        source = a.url or "bench/realvllm_calibration.py (MiniLM, real vLLM 0.32)"
+        if a.save:
+            a.save.write_text(json.dumps({
+                "measured": time.strftime("%Y-%m-%d"), "server": source, "argv": argv, "startup_s": base.startup_s,
+                "model in the engine core": not a.cpu_worker, "rates": rates, "cpu": cpu,
+                "levels": {name: {"point": dataclasses.asdict(pt), "p99": p99} for name, (pt, p99) in measured.items()},
+            }, indent=1) + "\n")
+            print(f"wrote {a.save}")
+    closed = {int(n[2:]): pt for n, (pt, _) in measured.items() if n.startswith("c=")}
+    tokens = round(statistics.fmean(closed[c].tokens for c in a.fit))
+    closed_fit = fit({c: closed[c] for c in a.fit}, base)
+    open_fit = {rates[n]: pt for n, (pt, _) in measured.items() if n.startswith("open") and float(n.split()[1]) in a.open_fit}
+    api_cpu = [cpu[n]["api"] / pt.rps for n, (pt, _) in measured.items()
+               if n.startswith("open") and "api" in cpu.get(n, {}) and pt.rps > 0 and float(n.split()[1]) in a.open_fit]
+    fitted = fit_open(closed_fit, {c: closed[c] for c in a.fit}, open_fit, statistics.fmean(api_cpu) if api_cpu else None,
+                      a.seconds) if open_fit else closed_fit
+    if api_cpu:
+        print(f"the API process's CPU per request at the open-loop fit levels: {1000 * statistics.fmean(api_cpu):.2f} ms")
 
     def model(params: ServiceParams, name: str) -> Point:
         if name.startswith("c="):
@@ -266,30 +315,71 @@ def main() -> int:
         return open_loop_model(params, rates[name], tokens, a.seconds)
 
     print(f"\nserver settings: max_num_seqs={base.max_num_seqs} max_num_batched_tokens={base.max_num_batched_tokens}; "
-          f"{tokens} tokens per request")
+          f"{tokens} tokens per request; measured capacity {max(pt.rps for pt in closed.values()):.1f} req/s")
     print(f"fitted on {', '.join(f'c={c}' for c in a.fit)}: " + ", ".join(
         f"{k}={getattr(fitted, f.name):.6g}" for k, f in FIELDS.items() if getattr(fitted, f.name) != getattr(base, f.name)))
     print(f"capacity at {tokens} tokens: fitted {fitted.capacity_rps(tokens):.1f} req/s, default model {ServiceParams().capacity_rps(tokens):.1f}")
-    print(f"\n{'level':>16} {'role':>5} | {'req/s real':>10} {'fit':>7} {'default':>7} | {'p50 ms real':>11} {'fit':>7} {'default':>7} | "
-          f"{'mean ms real':>12} {'fit':>7} | {'p99 ms real':>11} | check")
+    print(f"\n{'level':>16} {'role':>5} | {'req/s real':>10} {'fit':>7} | {'p50 ms real':>11} {'fit':>7} | "
+          f"{'p99 ms real':>11} {'fit':>7} | {'server e2e ms':>13} | {'CPU s/s by process':<40} | check")
     failed = 0
+    fit_names = {f"c={c}" for c in a.fit} | {n for n in measured if n.startswith("open") and float(n.split()[1]) in a.open_fit}
     for name, (real, p99) in measured.items():
-        role = "fit" if name.startswith("c=") and int(name[2:]) in a.fit else "check"
-        f, d = model(fitted, name), model(ServiceParams(), name)
-        ok, figures = within(f, real)
+        role = "fit" if name in fit_names else "check"
+        f = model(fitted, name)
+        opened = name.startswith("open")
+        ok, figures = within(f, real, p50=0.25 if opened else 0.20, p99=0.25 if opened else None)
         verdict = "" if role == "fit" else ("ok" if ok else "MISSED") + f" ({figures})"
         failed += role == "check" and not ok
-        print(f"{name:>16} {role:>5} | {real.rps:>10.1f} {f.rps:>7.1f} {d.rps:>7.1f} | {1000 * real.client_p50_s:>11.1f} "
-              f"{1000 * f.client_p50_s:>7.1f} {1000 * d.client_p50_s:>7.1f} | {1000 * real.client_mean_s:>12.1f} "
-              f"{1000 * f.client_mean_s:>7.1f} | {1000 * p99:>11.1f} | {verdict}")
+        use = " ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.get(name, {}).items()))
+        print(f"{name:>16} {role:>5} | {real.rps:>10.1f} {f.rps:>7.1f} | {1000 * real.client_p50_s:>11.1f} "
+              f"{1000 * f.client_p50_s:>7.1f} | {1000 * p99:>11.1f} {1000 * (f.client_p99_s or math.nan):>7.1f} | "
+              f"{1000 * real.server_mean_s:>13.1f} | {use:<40} | {verdict}")
     if a.write:
-        about = {"fitted": time.strftime("%Y-%m-%d"), "server": url if a.url else "bench/realvllm_calibration.py (MiniLM, real vLLM 0.32)",
-                 "fit levels": a.fit, "tokens per request": tokens,
+        about = {"fitted": time.strftime("%Y-%m-%d"), "server": source, "fit levels": a.fit, "open fit shares": a.open_fit,
+                 "tokens per request": tokens,
                  "checks": {name: within(model(fitted, name), real)[1] for name, (real, _) in measured.items()}}
         a.write.write_text(yaml.safe_dump(to_file(fitted, about), sort_keys=False))
         print(f"\nwrote {a.write} (pooling-operator simulate ... --service-model {a.write})")
     print(f"{time.perf_counter() - began:.0f} s in all")
     return 1 if failed else 0
+
+
+def measure(a: argparse.Namespace, argv: list[str]) -> tuple[dict[str, tuple[Point, float]], dict[str, float],
+                                                               dict[str, dict[str, float]], float]:
+    """Every level on the server: the closed loops, then the open loops at shares of the capacity they measured."""
+    proc = None
+    if a.url:
+        url, start_s = a.url, math.nan
+    else:
+        proc, url, start_s = start_server(runtime.find(install_missing=True), argv, a.cpu_worker)
+        print(f"vLLM answered /health {start_s:.0f} s after start", flush=True)
+    if a.client_core >= 0 and a.client_core < (os.cpu_count() or 1):
+        # like the reference sweep (load-curve.md): the client on core 1, off vLLM's worker core 0
+        os.sched_setaffinity(0, {a.client_core})
+    measured: dict[str, tuple[Point, float]] = {}
+    rates: dict[str, float] = {}
+    cpu: dict[str, dict[str, float]] = {}
+    root = proc.pid if proc is not None else None
+
+    def timed(name: str, go: Any) -> None:
+        before, t0 = cpu_seconds(root), time.monotonic()
+        measured[name] = asyncio.run(go)
+        after, wall = cpu_seconds(root), time.monotonic() - t0
+        cpu[name] = {k: (after[k] - before.get(k, 0.0)) / wall for k in after}
+        print(f"{name}: {measured[name][0]} p99 {measured[name][1]:.4f}; CPU s/s {cpu[name]}", flush=True)
+
+    try:
+        asyncio.run(closed_loop(url, 4, 5.0, warmup=0.0))  # warm-up, discarded
+        for c in sorted({*a.fit, *a.check}):
+            timed(f"c={c}", closed_loop(url, c, a.seconds))
+        capacity = max(pt.rps for n, (pt, _) in measured.items())
+        for share in sorted({*a.open_fit, *a.open_check}):
+            name = f"open {share:g} {share * capacity:.0f}/s"
+            rates[name] = share * capacity
+            timed(name, open_loop(url, rates[name], a.seconds))
+    finally:
+        stop_process(proc, 60)
+    return measured, rates, cpu, start_s
 
 
 if __name__ == "__main__":

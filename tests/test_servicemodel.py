@@ -3,6 +3,7 @@ closed-loop sweep and open-loop.json's waiting gauge with the fitted parameters 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import random
@@ -149,3 +150,32 @@ def test_latency_histogram_counts_a_value_on_a_bound_in_that_bucket() -> None:
     h.observe(h.bounds[0])
     h.observe(h.bounds[0] + 1e-9)
     assert h.counts[0] == 1 and h.counts[1] == 1 and h.cumulative()[-1] == h.count == 2
+
+
+def test_the_api_servers_own_queue_fills_under_open_loop_arrivals_near_its_rate() -> None:
+    # api_s = 4 ms: the API server serves 250 req/s whatever the engine could. At 240/s Poisson arrivals its queue
+    # holds requests the engine (which serves far more) never sees yet; at 100/s it barely queues.
+    from pooling_operator.autoscaling.simulator.calibrate import open_loop
+
+    fast = ServiceParams(step_base_s=0.002, step_per_token_s=0.00005, max_num_seqs=256, max_num_batched_tokens=8192)
+    with_api = dataclasses.replace(fast, api_s=0.004)
+    assert fast.capacity_rps(16) > 400
+    light, heavy = open_loop(with_api, 100.0, 16, 20.0), open_loop(with_api, 240.0, 16, 20.0)
+    assert light.client_p50_s < open_loop(fast, 100.0, 16, 20.0).client_p50_s + 0.008
+    assert heavy.client_p50_s > 4 * open_loop(fast, 240.0, 16, 20.0).client_p50_s
+    assert open_loop(with_api, 300.0, 16, 20.0).rps == pytest.approx(250, rel=0.05)  # its rate caps the server's
+
+
+def test_contention_lengthens_only_steps_that_overlap_the_api_servers_work() -> None:
+    # One request alone: the API works before the step, never during it; contention changes nothing.
+    alone = Replica(ServiceParams(api_s=0.002, api_contention=1.0, step_jitter_s=0, step_jitter_per_request_s=0))
+    alone.submit(0.0, 16)
+    [done] = alone.advance(1.0)
+    plain = ServiceParams(step_jitter_s=0, step_jitter_per_request_s=0)
+    assert done.computed - done.scheduled == pytest.approx(plain.step_seconds(16))
+    # A second request whose API work runs during the first's step: that step lasts longer by the overlap.
+    busy = Replica(ServiceParams(api_s=0.002, api_contention=1.0, step_jitter_s=0, step_jitter_per_request_s=0))
+    busy.submit(0.0, 16)
+    busy.submit(0.003, 16)  # its API work, 3-5 ms, falls inside the first step (2 ms + ~12 ms)
+    first = busy.advance(1.0)[0]
+    assert first.computed - first.scheduled == pytest.approx(plain.step_seconds(16) + 0.002)

@@ -26,6 +26,7 @@ and past saturation it follows the captures.
 from __future__ import annotations
 
 import bisect
+import collections
 import random
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -56,6 +57,11 @@ class ServiceParams:
       open-loop runs tipped into overload at hundreds in flight (§4), not at 90 % load (~100 by the client).
     - `startup_s`: model loading, no metrics and no capacity: 42-53 s with a compile cache, 63-70 s without
       (§5.7).
+    - `api_s`: the API server's own work per request (HTTP, JSON, tokenising, the response's encoding), done one
+      request at a time in its event loop before the engine sees the request: a queue of its own that fills under
+      open-loop arrivals long before the engine's does. 0: no such stage (the closed-loop fit's overheads hold it).
+    - `api_contention`: seconds a step lasts longer per second of the API server's work that runs during it (the
+      two processes share the cores): 0 on a machine with a core to spare for each.
     """
 
     step_base_s: float = 0.0077
@@ -69,12 +75,15 @@ class ServiceParams:
     overload_step_factor: float = 1.27
     overload_in_flight: int = 64
     startup_s: float = 60.0
+    api_s: float = 0.0
+    api_contention: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be at least 1")
         if min(self.step_base_s, self.step_per_token_s, self.server_overhead_s, self.http_overhead_s,
-               self.step_jitter_s, self.step_jitter_per_request_s, self.startup_s, self.overload_in_flight) < 0:
+               self.step_jitter_s, self.step_jitter_per_request_s, self.startup_s, self.overload_in_flight,
+               self.api_s, self.api_contention) < 0:
             raise ValueError("times and counts must not be negative")
         if self.step_base_s + self.step_per_token_s <= 0 or self.overload_step_factor < 1:
             raise ValueError("a step must take time (step_base_s + step_per_token_s > 0, overload_step_factor >= 1)")
@@ -164,9 +173,12 @@ class Replica:
         self._rng = random.Random(seed)  # step jitter
         self.ready_at = ready_at
         self.counters = Counters()
-        self._queue: list[tuple[float, int, float | None]] = []  # submitted, not yet in a batch, from _head
+        # submitted, not yet in a batch, from _head: (when the engine can see it, tokens, origin, arrival)
+        self._queue: list[tuple[float, int, float | None, float]] = []
         self._head = 0
-        self._batch: list[tuple[float, int, float | None]] = []
+        self._batch: list[tuple[float, int, float | None, float]] = []
+        self._api_free = ready_at  # when the API server is next free (params.api_s)
+        self._api_work: collections.deque[tuple[float, float]] = collections.deque()  # its work, for contention
         self._step_end: float | None = None
         self._step_tokens = 0
         self._waiting_after = 0
@@ -183,8 +195,16 @@ class Replica:
 
     def submit(self, t: float, tokens: int, origin: float | None = None) -> None:
         """A request reaching the server at t (not before it is ready); `origin` is when it reached the front
-        end if it waited there."""
-        self._queue.append((max(t, self.ready_at), max(1, int(tokens)), origin))
+        end if it waited there. With `api_s` the API server works on it first, one request at a time."""
+        at = max(t, self.ready_at)
+        seen = at
+        p = self.params
+        if p.api_s > 0:
+            begin = max(at, self._api_free)
+            seen = self._api_free = begin + p.api_s
+            if p.api_contention > 0:
+                self._api_work.append((begin, seen))
+        self._queue.append((seen, max(1, int(tokens)), origin, at))
 
     def advance(self, t: float) -> list[Completion]:
         """Run the engine up to time t; returns the requests answered in (previous t, t]."""
@@ -228,12 +248,26 @@ class Replica:
         if sd > 0:
             shape = (step / sd) ** 2
             step = self._rng.gammavariate(shape, step / shape)
+        if p.api_contention > 0:  # the API server's work during the step takes the engine's CPU
+            step += p.api_contention * self._api_overlap(start, start + step)
         self._step_end = start + step * self.slowdown
         self._step_tokens = tokens
         self._last_start = start
         if end > 4096 and end * 2 > len(queue):  # drop the admitted prefix now and then
             del queue[:end]
             self._head = 0
+
+    def _api_overlap(self, a: float, b: float) -> float:
+        """Seconds of the API server's work within [a, b] (steps start in time order: older work is dropped)."""
+        work = self._api_work
+        while work and work[0][1] <= a:
+            work.popleft()
+        total = 0.0
+        for begin, end in work:
+            if begin >= b:
+                break
+            total += min(end, b) - max(begin, a)
+        return total
 
     def _finish_step(self) -> list[Completion]:
         assert self._step_end is not None
@@ -243,7 +277,7 @@ class Replica:
         c = self.counters
         e2e, counts, bounds = c.e2e, c.e2e.counts, c.e2e.bounds
         latencies = 0.0
-        for arrival, _, _ in batch:  # Histogram.observe, inlined: this runs once per request
+        for _, _, _, arrival in batch:  # Histogram.observe, inlined: this runs once per request
             counts[bisect.bisect_left(bounds, finish - arrival)] += 1
             latencies += finish - arrival
         e2e.sum += latencies
@@ -256,4 +290,4 @@ class Replica:
         self._step_end = None
         self._clock = end
         start = self._last_start
-        return [Completion(arrival, finish, n, origin, start, end) for arrival, n, origin in batch]
+        return [Completion(arrival, finish, n, origin, start, end) for _, n, origin, arrival in batch]
