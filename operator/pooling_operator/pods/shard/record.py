@@ -39,9 +39,9 @@ class RunRecord:
     dimension: int | None = None  # the vectors' last axis, once known
 
     def doc(self, driver_version: str) -> dict[str, Any]:
-        if self.task is not None:
-            return self._vectors_doc(driver_version)
-        return {
+        """run.json: what ran, then what the shard's files hold (hidden states: layers, dtype, hidden size; a
+        PoolingJob's vectors: task, embedding space, dtype, dimension)."""
+        ran = {
             "shard": self.shard,
             "shards": self.shards,
             "state": self.state,
@@ -50,30 +50,14 @@ class RunRecord:
             "vllm": {"version": self.vllm_version, "image": self.run_info.get("image"),
                      "command": self.run_info.get("command")},
             "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
-            "layers": list(self.layers),
-            "dtype": self.dtype,
-            "hiddenSize": self.hidden_size,
-            "driver": {"version": driver_version},
-        }
-
-
-    def _vectors_doc(self, driver_version: str) -> dict[str, Any]:
-        space = self.run_info.get("embeddingSpace")
-        return {
-            "shard": self.shard,
-            "shards": self.shards,
-            "state": self.state,
-            "started": self.started,
-            "finished": self.finished,
-            "vllm": {"version": self.vllm_version, "image": self.run_info.get("image"),
-                     "command": self.run_info.get("command")},
-            "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
-            "task": self.task,
-            "embeddingSpace": space if isinstance(space, dict) else None,
-            "dtype": self.dtype,
-            "dimension": self.dimension,
-            "driver": {"version": driver_version},
         }  # fmt: skip
+        if self.task is None:
+            held = {"layers": list(self.layers), "dtype": self.dtype, "hiddenSize": self.hidden_size}
+        else:
+            space = self.run_info.get("embeddingSpace")
+            held = {"task": self.task, "embeddingSpace": space if isinstance(space, dict) else None,
+                    "dtype": self.dtype, "dimension": self.dimension}
+        return {**ran, **held, "driver": {"version": driver_version}}
 
 
 def write_record(path: Path, record: RunRecord, driver_version: str) -> None:
