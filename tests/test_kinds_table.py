@@ -12,7 +12,7 @@ from pooling_operator.builders import BUILDERS
 from pooling_operator.handlers.admission import VALIDATED
 from pooling_operator.reconcile import RECONCILERS
 from pooling_operator.vllm.rules import CHAINS
-from pooling_operator.vllm.workload import JOB_KINDS
+from pooling_operator.vllm.workload import JOB_KINDS, VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD_KINDS = FAMILY_KINDS["service"] + FAMILY_KINDS["job"]
@@ -36,6 +36,7 @@ def test_reconcile_build_and_rules_cover_exactly_their_families() -> None:
     assert set(BUILDERS) == set(WORKLOAD_KINDS)
     assert {cls.__name__ for cls in CHAINS} == set(WORKLOAD_KINDS)
     assert set(JOB_KINDS) == set(FAMILY_KINDS["job"])
+    assert set(VIEWS) == set(WORKLOAD_KINDS)
 
 
 def test_labels_admission_and_argocd_cover_every_kind() -> None:

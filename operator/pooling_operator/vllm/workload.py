@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
@@ -65,28 +67,34 @@ class Workload:
         return facts(self.architectures, self.version)
 
 
+def _pooling(r: PoolingService | PoolingJob) -> Workload:
+    m, spec = r.metadata, r.spec
+    return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "pooling", spec.task, spec.convert,
+                    spec.pooling, None, False)
+
+
+def _scoring(r: ScoringService) -> Workload:
+    m, spec = r.metadata, r.spec
+    generative = spec.mode == "generative"
+    return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "generate" if generative else "pooling",
+                    None if generative else MODE_TASKS[spec.mode], "auto", spec.pooling, spec.generative, False,
+                    spec.mode)
+
+
+def _hidden_states(r: HiddenStateJob) -> Workload:
+    m, spec = r.metadata, r.spec
+    return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "generate", None, "auto", None, None, True)
+
+
+# Each workload kind's view, by kind (tests/test_kinds_table.py holds it to the kinds table).
+VIEWS: dict[str, Callable[[Any], Workload]] = {
+    "PoolingService": _pooling,
+    "PoolingJob": _pooling,
+    "ScoringService": _scoring,
+    "HiddenStateJob": _hidden_states,
+}
+
+
 def workload(resource: Workloadable) -> Workload:
-    meta = resource.metadata
-    spec = resource.spec
-    if isinstance(resource, PoolingService):
-        return Workload(
-            "PoolingService", meta.name, meta.namespace, spec.model, spec.engine, "pooling", spec.task,
-            spec.convert, spec.pooling, None, False,
-        )
-    if isinstance(resource, PoolingJob):
-        return Workload(
-            "PoolingJob", meta.name, meta.namespace, spec.model, spec.engine, "pooling", spec.task, spec.convert,
-            spec.pooling, None, False,
-        )
-    if isinstance(resource, ScoringService):
-        generative = spec.mode == "generative"
-        return Workload(
-            "ScoringService", meta.name, meta.namespace, spec.model, spec.engine,
-            "generate" if generative else "pooling",
-            None if generative else MODE_TASKS[spec.mode],
-            "auto", spec.pooling, spec.generative, False, spec.mode,
-        )
-    return Workload(
-        "HiddenStateJob", meta.name, meta.namespace, spec.model, spec.engine, "generate", None, "auto", None,
-        None, True,
-    )
+    """What vLLM is asked to run for a service or job: the one view rules, builders and status read."""
+    return VIEWS[resource.kind](resource)
