@@ -100,7 +100,7 @@ def test_an_open_loop_refit_finds_what_a_closed_loop_cannot_see() -> None:
     capacity = max(p.rps for p in levels.values())
     opened = {share * capacity: open_loop(truth, share * capacity, 18, 10, seed=7) for share in (0.6, 0.8)}
     closed_only = fit(levels, dataclasses.replace(ServiceParams(), **LIMITS))
-    refit = fit_open(closed_only, levels, opened, api_cpu_s=0.001, seconds=10)
+    refit = fit_open(closed_only, levels, opened, api_cpu_s=0.001, seconds=5)  # 5 s simulated a level: cheap enough
     check = open_loop(truth, 0.7 * capacity, 18, 10, seed=3)  # (its p99, over 10 s, moves too much to hold a fit to)
     refitted, closed_fitted = open_loop(refit, 0.7 * capacity, 18, 10), open_loop(closed_only, 0.7 * capacity, 18, 10)
     ok, figures = within(refitted, check, p50=0.25)

@@ -256,7 +256,7 @@ def fit_open(closed: ServiceParams, levels: Mapping[int, Point], open_levels: Ma
     def error(p: ServiceParams) -> float:
         total = 0.0
         for c, real in levels.items():
-            sim = closed_loop(p, c, tokens, 10.0)
+            sim = closed_loop(p, c, tokens, min(10.0, seconds))
             total += math.log(max(sim.rps, 1e-9) / real.rps) ** 2
         for rate, real in open_levels.items():
             sim = open_loop(p, rate, tokens, seconds)
