@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from pooling_operator.api import identity, kinds
-from pooling_operator.api.resources import FAMILY_KINDS, KINDS, OWNER_KINDS
+from pooling_operator.api.resources import FAMILY_KINDS, KINDS
 from pooling_operator.builders import BUILDERS
 from pooling_operator.handlers.admission import VALIDATED
 from pooling_operator.reconcile import RECONCILERS
@@ -16,11 +16,12 @@ from pooling_operator.vllm.workload import JOB_KINDS, VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD_KINDS = FAMILY_KINDS["service"] + FAMILY_KINDS["job"]
+OWNER_KINDS = tuple(k for k in KINDS if k not in FAMILY_KINDS["policy"])  # reconciled, with children
 
 
 def test_every_family_is_one_of_the_known_and_every_kind_has_one() -> None:
     assert sorted(k for ks in FAMILY_KINDS.values() for k in ks) == sorted(KINDS)
-    assert set(OWNER_KINDS) == set(KINDS) - set(FAMILY_KINDS["policy"])
+    assert FAMILY_KINDS["policy"] == ("AutoscalingPolicy",) and FAMILY_KINDS["cache"] == ("ModelCache",)
 
 
 def test_the_api_clients_table_takes_our_kinds_from_it() -> None:

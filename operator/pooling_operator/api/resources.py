@@ -279,6 +279,5 @@ def claims_space(kind: str) -> bool:
     return KINDS[kind].claims_space
 
 
-OWNER_KINDS = tuple(k for k, info in KINDS.items() if info.family != "policy")  # reconciled, with children
 FAMILY_KINDS: dict[str, tuple[str, ...]] = {f: tuple(k for k, i in KINDS.items() if i.family == f)
                                             for f in ("service", "job", "cache", "policy")}
