@@ -20,6 +20,7 @@ Seeds 0-9 are for development; the report uses 1000-1069 (70 traces per model, 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -35,7 +36,9 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(HERE)]
 
 import families  # noqa: E402
+import yaml  # noqa: E402
 
+from pooling_operator.autoscaling.simulator.calibrate import from_file  # noqa: E402
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
 from pooling_operator.autoscaling.simulator.simulate import ROUTINGS, Result, setup_for, simulate  # noqa: E402
 from pooling_operator.autoscaling.simulator.trace import parse_trace  # noqa: E402
@@ -57,18 +60,40 @@ class Model:
     about: str
 
 
-# MiniLM: the simulator's fit on real vLLM 0.32 (one CPU core per replica). Heavy: about a tenth of its
-# throughput and a 3-minute start-up, like a 0.6B decoder embedder; its p99 target leaves room for one
-# 300-token request alone (0.08 s + 300 x 2.7 ms), which the 500 ms of MiniLM would not.
-MODELS = {
-    "minilm": Model("minilm", ServiceParams(), "500ms", "the fit on real vLLM 0.32, MiniLM"),
-    "heavy": Model(
-        "heavy",
-        ServiceParams(step_base_s=0.077, step_per_token_s=0.00266, step_jitter_s=0.02, step_jitter_per_request_s=0.007,
-                      server_overhead_s=0.01, http_overhead_s=0.0045, startup_s=180.0),
-        "2s", "a tenth of MiniLM's throughput, 180 s start-up",
-    ),
-}
+OPEN_FIT = ROOT / "bench" / "results" / "service-model-minilm-open.yaml"
+MINILM_STARTUP_S = 60.0  # a pod's start-up (42-70 s measured, servicemodel.py), not the bench's local 25 s
+HEAVY_SLOWER, HEAVY_STARTUP_S = 10.0, 180.0
+
+
+def heavy_from(minilm: ServiceParams) -> ServiceParams:
+    """The heavy model derived from MiniLM's: the engine's step (fixed cost, per-token cost and their jitter) ten
+    times slower, a tenth of the throughput, like a 0.6B decoder embedder on the same hardware; what happens
+    outside the engine (HTTP, the API server's work per request and its contention with the engine) is the
+    same, since it depends on the request and not on the model; a 180 s start-up."""
+    return dataclasses.replace(
+        minilm, step_base_s=minilm.step_base_s * HEAVY_SLOWER, step_per_token_s=minilm.step_per_token_s * HEAVY_SLOWER,
+        step_jitter_s=minilm.step_jitter_s * HEAVY_SLOWER,
+        step_jitter_per_request_s=minilm.step_jitter_per_request_s * HEAVY_SLOWER, startup_s=HEAVY_STARTUP_S)
+
+
+def models(service_model: str) -> dict[str, Model]:
+    """MiniLM from `service_model` ("builtin": the simulator's closed-loop defaults; else a --write file of
+    bench/realvllm_calibration.py, by default the open-loop fit) with a pod's start-up, and heavy derived from
+    it. Heavy's p99 target leaves room for one 300-token request alone, which MiniLM's 500 ms would not."""
+    if service_model == "builtin":
+        minilm, about = ServiceParams(), "the closed-loop fit on real vLLM 0.32, MiniLM (the simulator's defaults)"
+    else:
+        minilm = from_file(yaml.safe_load(Path(service_model).read_text()))
+        about = f"MiniLM, {Path(service_model).name}"
+    minilm = dataclasses.replace(minilm, startup_s=MINILM_STARTUP_S)
+    return {
+        "minilm": Model("minilm", minilm, "500ms", f"{about}; {MINILM_STARTUP_S:g} s start-up"),
+        "heavy": Model("heavy", heavy_from(minilm), "2s",
+                       f"MiniLM's engine {HEAVY_SLOWER:g}x slower, the same API server; {HEAVY_STARTUP_S:g} s start-up"),
+    }
+
+
+MODELS = models(str(OPEN_FIT))
 
 
 def service(model: Model) -> Any:
@@ -97,10 +122,10 @@ def changes_per_hour(r: Result, end: float) -> float:
     return changes / hours
 
 
-def one(job: tuple[str, int, bool, str]) -> dict[str, Any]:
+def one(job: tuple[Model, int, bool, str]) -> dict[str, Any]:
     """One trace of one model through the four policies (in a worker process)."""
-    model_name, seed, keep_timelines, routing = job
-    model = MODELS[model_name]
+    model, seed, keep_timelines, routing = job
+    model_name = model.name
     family = families.family_of(seed)
     generated = families.trace(family, seed, model.params.capacity_rps)
     trace = parse_trace(generated.csv())
@@ -182,9 +207,9 @@ def _fmt(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:.2f}"
 
 
-def report(summary: dict[str, Any]) -> None:
+def report(summary: dict[str, Any], chosen: dict[str, Model]) -> None:
     for model, s in summary.items():
-        print(f"\n{model} ({MODELS[model].about}; p99 {MODELS[model].p99})")
+        print(f"\n{model} ({chosen[model].about}; p99 {chosen[model].p99})")
         print(f"  {'family':<9} {'n':>3} {'as good as hpa':>14} {'as good as keda':>15} {'median SLO-min ours/hpa/keda/oracle':>36}"
               f" {'GPU/oracle med':>14} {'p90':>6} {'worst':>6}")
         for name, f in [*s["families"].items(), ("all", s["overall"])]:
@@ -206,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--out", type=Path, help="write the rows and the summary as JSON here")
     ap.add_argument("--plots", type=Path, help="draw each family's worst trace into this folder (PNG)")
+    ap.add_argument("--service-model", default=str(OPEN_FIT.relative_to(ROOT)), metavar="FILE|builtin",
+                    help="MiniLM's service model, heavy derived from it (default: the open-loop fit on real vLLM; "
+                         "builtin: the simulator's closed-loop defaults, as the 2026-12-01 report ran)")
     ap.add_argument("--routing", choices=ROUTINGS, default="even",
                     help="how requests reach ready replicas, for every policy alike (default even: a Service)")
     args = ap.parse_args(argv)
@@ -213,24 +241,28 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(7)) if args.quick else seeds_of(args.seeds)
     if args.family:
         seeds = [s for s in seeds if families.family_of(s) in args.family]
-    jobs = [(m, s, args.plots is not None, args.routing) for m in (args.model or sorted(MODELS)) for s in seeds]
+    chosen = models(str(ROOT / args.service_model) if args.service_model != "builtin" else "builtin")
+    jobs = [(chosen[m], s, args.plots is not None, args.routing) for m in (args.model or sorted(chosen)) for s in seeds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(one, jobs))
     summary = summarise(rows)
-    report(summary)
+    report(summary, chosen)
     wall = time.perf_counter() - started
     print(f"\n{len(rows)} traces in {wall / 60:.1f} min of wall time ({args.jobs} workers)")
     if args.out:
         slim = [{k: v for k, v in r.items() if k != "csv"} for r in rows]
         args.out.write_text(json.dumps({"seeds": args.seeds if not args.quick else "quick", "routing": args.routing,
+                                        "service_model": args.service_model,
+                                        "models": {n: {"about": m.about, "p99": m.p99, "params": dataclasses.asdict(m.params)}
+                                                   for n, m in chosen.items()},
                                         "wall_seconds": round(wall),
                                         "summary": summary, "rows": slim}, indent=1, default=str) + "\n")
     if args.plots:
-        plot_worst(rows, args.plots)
+        plot_worst(rows, args.plots, chosen)
     return 0 if all(ok for s in summary.values() for ok in s["goals"].values()) else 1
 
 
-def plot_worst(rows: list[dict[str, Any]], folder: Path) -> None:
+def plot_worst(rows: list[dict[str, Any]], folder: Path, chosen: dict[str, Model]) -> None:
     """Each family's worst trace (highest GPU/oracle, failures first), drawn with `simulate --plot`."""
     from pooling_operator.autoscaling.simulator import plot  # matplotlib only here
 
@@ -241,7 +273,7 @@ def plot_worst(rows: list[dict[str, Any]], folder: Path) -> None:
             if not fr:
                 continue
             worst = max(fr, key=lambda r: (not all(r["as_good"].values()), r["oracle_ratio"]))
-            m = MODELS[model]
+            m = chosen[model]
             trace = parse_trace(worst["csv"])
             resource = service(m)
             setup = setup_for(resource, None, m.params, seed=worst["seed"])
