@@ -13,7 +13,7 @@ import pytest
 from pooling_operator.api import messages as M
 from pooling_operator.api.crd import all_crds
 from pooling_operator.vllm.validate import validate
-from tests.factories import generative, hidden_states, model_cache, policy, pooling, scoring
+from tests.factories import generative, hidden_states, model_cache, policy, pooling, pooling_job, scoring
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 
@@ -36,6 +36,10 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.BUDGET_NEEDS_HIDDEN_SIZE: hidden_states({"model": {"hints": {"hiddenSize": None}}, "output": {"storageBudget": "1Ti"}}),
     M.LAYERS_ASCENDING: hidden_states({"layers": [18, 3]}),
     M.ALLOWED_BACKENDS_NONEMPTY: policy({"allowedBackends": []}),
+    M.BATCH_FILE_EMBED_ONLY: pooling_job({"task": "classify", "pooling": {"type": "CLS"}, "dataset": {
+        "volume": {"claimName": "c", "path": "/r.jsonl"}, "format": "openaiBatch"}}),
+    M.BATCH_OUTPUT_NEEDS_BATCH_INPUT: pooling_job({"output": {"volume": {"claimName": "v", "path": "/o"},
+                                                              "formats": ["openaiBatch"]}}),
     M.CACHE_STORAGE_EXACTLY_ONE: model_cache({"storage": {"claimName": "c"}}),
     **{message: pooling({"resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3", **gpu}}}) for message, gpu in (
         (M.SHARE_NOT_COUNT, {"count": 1, "share": {"memory": "2Gi", "via": "timeSlicing"}}),

@@ -66,7 +66,39 @@ def test_every_cel_rule_of_the_crd_is_said_by_validate_too() -> None:
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     said = {v["message"] for v in spec.get("x-kubernetes-validations") or []}
     assert said == {M.POOLING_JOB_IMMUTABLE, M.PARALLELISM_LE_SHARDS, M.POOLING_TYPE_FOR_TASK,
-                    M.MATRYOSHKA_DIMENSIONS, M.DIMENSIONS_EMBEDDING_ONLY}  # fmt: skip
+                    M.MATRYOSHKA_DIMENSIONS, M.DIMENSIONS_EMBEDDING_ONLY, M.BATCH_FILE_EMBED_ONLY,
+                    M.BATCH_OUTPUT_NEEDS_BATCH_INPUT}  # fmt: skip
+
+
+BATCH = {"dataset": {"volume": {"claimName": "corpus", "path": "/requests.jsonl"}, "format": "openaiBatch"},
+         "output": {"volume": {"claimName": "vectors", "path": "/runs/v1"}, "formats": ["openaiBatch"]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({**BATCH, "task": "classify", "pooling": {"type": "CLS"}}, f"spec.task: {M.BATCH_FILE_EMBED_ONLY}"),
+        ({"output": {**BATCH["output"]}}, f"spec.output.formats: {M.BATCH_OUTPUT_NEEDS_BATCH_INPUT}"),
+        ({**BATCH, "output": {**BATCH["output"], "formats": ["openaiBatch", "openaiBatch"]}},
+         "spec.output.formats: each format once: safetensors and/or openaiBatch"),
+        ({**BATCH, "output": {**BATCH["output"], "formats": ["parquet"]}}, "spec.output.formats[0]: Input should be 'safetensors' or 'openaiBatch'"),
+        ({**BATCH, "output": {**BATCH["output"], "formats": []}}, "spec.output.formats: List should have at least 1 item"),
+        ({**BATCH, "dataset": {**BATCH["dataset"], "format": "csv"}}, "spec.dataset.format: Input should be 'jsonl' or 'openaiBatch'"),
+    ],
+)
+def test_batch_files_are_for_embeddings_and_an_output_file_answers_an_input_file(spec: dict[str, Any], problem: str) -> None:
+    assert any(e.startswith(problem) for e in errors(pooling_job(spec))), errors(pooling_job(spec))
+
+
+def test_a_batch_file_job_tells_the_driver_its_format_the_names_its_lines_may_give_and_its_outputs() -> None:
+    pod = objects({**BATCH, "output": {**BATCH["output"], "formats": ["safetensors", "openaiBatch"]}})["Job"]["spec"]["template"]["spec"]
+    preflight, driver = pod["initContainers"][0]["args"], pod["containers"][0]["args"]
+    for args in (preflight, driver):
+        assert flag(args, "--format") == "openaiBatch"
+        assert [args[i + 1] for i, a in enumerate(args) if a == "--model-name"] == ["corpus", "sentence-transformers/all-MiniLM-L6-v2"]
+    assert flag(driver, "--outputs") == "safetensors,openaiBatch" and "--outputs" not in preflight
+    plain = objects()["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--format" not in plain and "--outputs" not in plain and "--model-name" not in plain  # renders as before
 
 
 def test_a_job_name_leaves_room_for_the_shard_index_and_the_dataset_stays_outside_the_output() -> None:
@@ -145,8 +177,9 @@ def test_the_vector_dtype_follows_an_explicit_engine_dtype_and_auto_keeps_float3
 def test_the_rendered_flags_are_exactly_what_the_driver_cli_parses() -> None:
     from pooling_operator.pods.vectors import cli
 
-    pod = objects({"output": {"storageBudget": "1Gi"}})["Job"]["spec"]["template"]["spec"]
-    for container in (pod["initContainers"][0], pod["containers"][0]):
+    plain = objects({"output": {"storageBudget": "1Gi"}})["Job"]["spec"]["template"]["spec"]
+    batch = objects(BATCH)["Job"]["spec"]["template"]["spec"]
+    for container in (plain["initContainers"][0], plain["containers"][0], batch["initContainers"][0], batch["containers"][0]):
         args = [a.replace("$(JOB_COMPLETION_INDEX)", "1") for a in container["args"]]
         import argparse
 

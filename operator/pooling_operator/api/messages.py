@@ -36,6 +36,14 @@ BIENCODER_SEQUENCE_POOLING = "a biEncoder embeds whole sequences: pooling.type m
 JOB_IMMUTABLE = "spec is immutable: create a new HiddenStateJob instead"
 POOLING_JOB_IMMUTABLE = "spec is immutable: create a new PoolingJob instead"
 PARALLELISM_LE_SHARDS = "parallelism must be less than or equal to shards"
+BATCH_FILE_EMBED_ONLY = (
+    "an OpenAI Batch file (dataset.format or output.formats openaiBatch) is for task embed: its requests go to "
+    "/v1/embeddings; use format jsonl and safetensors for classify, token_embed and token_classify"
+)
+BATCH_OUTPUT_NEEDS_BATCH_INPUT = (
+    "output.formats openaiBatch answers an OpenAI Batch input file: set dataset.format openaiBatch, or use "
+    "formats [safetensors]"
+)
 BUDGET_NEEDS_HIDDEN_SIZE = "output.storageBudget needs model.hints.hiddenSize to estimate file sizes"
 LAYERS_ASCENDING = "layers must be in ascending order"
 ALLOWED_BACKENDS_NONEMPTY = "allowedBackends must name at least one backend"

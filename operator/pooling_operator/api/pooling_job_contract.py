@@ -47,6 +47,16 @@ MANIFEST_FIELDS = ("id", "file", "row", "rows", "tokens", "bytes")
 # The dataset's JSONL: {"id": ..., "text": ...} or {"id": ..., "token_ids": [...]}.
 TEXT_KEY = "text"
 
+# spec.dataset.format and spec.output.formats. An OpenAI Batch input file (openaiBatch) is read by
+# pods/vectors/openai_batch.py; the OpenAI Batch output file is shard-<I>/BATCH_OUTPUT per shard and BATCH_OUTPUT
+# beside the shard folders for the whole job, in input order (pods/vectors/batch_output.py).
+JSONL = "jsonl"
+OPENAI_BATCH = "openaiBatch"
+SAFETENSORS = "safetensors"
+DATASET_FORMATS = (JSONL, OPENAI_BATCH)
+OUTPUT_FORMATS = (SAFETENSORS, OPENAI_BATCH)
+BATCH_OUTPUT = "batch-output.jsonl"
+
 # The shard state the preflight reports (not final, not a failure): the dataset was read and counted.
 CHECKED = "checked"
 PROGRESS_LINES = "lines"  # the dataset's non-blank lines (the whole file), from the preflight

@@ -6,6 +6,8 @@ with the same messages; the dataset, output, shards, parallelism, queue and retr
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
@@ -25,11 +27,20 @@ from pooling_operator.api.services import (
 
 
 class CorpusSpec(Spec):
-    """The corpus: JSONL lines {"id": "...", "text": "..."} or {"id": "...", "token_ids": [...]}. A line that is
-    not one of these, or repeats an earlier id, is recorded in its shard's failed.jsonl and skipped; a preflight
-    init container counts the lines and reports the bad ones before vLLM starts."""
+    """The corpus: JSONL lines {"id": "...", "text": "..."} or {"id": "...", "token_ids": [...]} (format jsonl),
+    or an OpenAI Batch input file (format openaiBatch). A line that is not an input, or repeats an earlier id, is
+    recorded in its shard's failed.jsonl and skipped; a preflight init container counts the lines and reports the
+    bad ones before vLLM starts."""
 
-    volume: ClaimPath = Field(description="The JSONL file on a claim (mounted read-only).")
+    volume: ClaimPath = Field(description="The file on a claim (mounted read-only).")
+    format: Literal["jsonl", "openaiBatch"] = Field(
+        default="jsonl",
+        description="jsonl (default): one input a line, {\"id\", \"text\"} or {\"id\", \"token_ids\"}. "
+        "openaiBatch: the OpenAI Batch API's input file for embeddings, one request a line: {\"custom_id\", "
+        "\"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": {\"model\", \"input\", \"encoding_format\", "
+        "\"dimensions\", \"user\"}}, input a string, a list of strings, token ids or lists of them; body.model, "
+        "where given, must be model.name or the served name. Each line is one request to vLLM. Task embed only.",
+    )
 
 
 class VectorOutputSpec(Spec):
@@ -45,6 +56,18 @@ class VectorOutputSpec(Spec):
         default=None,
         description="Most bytes of vectors the job may write (e.g. 200Gi), split evenly across shards; a shard "
         "stops cleanly before a part file would exceed its share.",
+    )
+    formats: list[Literal["safetensors", "openaiBatch"]] = Field(
+        default_factory=lambda: ["safetensors"],
+        min_length=1,
+        max_length=2,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="What the job publishes: safetensors (default: the part files and manifests) and/or "
+        "openaiBatch, the OpenAI Batch output file batch-output.jsonl in the output folder, one line per request "
+        "line in input order ({\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\"}, "
+        "\"error\"}), written per shard (shard-<i>/batch-output.jsonl) and whole by the last shard to finish; a "
+        "line that could not be answered has response null and error {code, message, line}. openaiBatch needs "
+        "dataset.format openaiBatch. Without safetensors the part files are removed once the file is whole.",
     )
 
 
@@ -63,6 +86,18 @@ class PoolingJobSpec(Spec):
                 ".pooling.type",
             ),
             MATRYOSHKA_RULE,
+            cel(
+                "self.task == 'embed' || ((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "
+                "(!has(self.output.formats) || !('openaiBatch' in self.output.formats)))",
+                M.BATCH_FILE_EMBED_ONLY,
+                ".task",
+            ),
+            cel(
+                "!has(self.output.formats) || !('openaiBatch' in self.output.formats) || "
+                "(has(self.dataset.format) && self.dataset.format == 'openaiBatch')",
+                M.BATCH_OUTPUT_NEEDS_BATCH_INPUT,
+                ".output.formats",
+            ),
             cel(
                 "!has(self.pooling) || !has(self.pooling.dimensions) || self.task in ['embed', 'token_embed']",
                 M.DIMENSIONS_EMBEDDING_ONLY,

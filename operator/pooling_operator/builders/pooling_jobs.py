@@ -12,7 +12,7 @@ from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.pooling_job_contract import vector_dtype
+from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, vector_dtype
 from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
@@ -46,7 +46,19 @@ def shard_args(resource: PoolingJob, w: Workload) -> list[str]:
         "--shards", str(spec.shards),
         "--dataset", posixpath.join(DATASET_MOUNT, spec.dataset.volume.path.lstrip("/")),
         "--progress-configmap", names.progress_configmap(w.name),
+        *batch_file_args(resource, w),
     ]  # fmt: skip
+
+
+def batch_file_args(resource: PoolingJob, w: Workload) -> list[str]:
+    """An OpenAI Batch input file: its format, and the names its lines' body.model may give (the served name and
+    model.name; nothing for the default jsonl, so those Jobs render as before)."""
+    if resource.spec.dataset.format != OPENAI_BATCH:
+        return []
+    out = ["--format", OPENAI_BATCH]
+    for name in dict.fromkeys([w.served_name, w.model.name]):
+        out += ["--model-name", name]
+    return out
 
 
 def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]:
@@ -64,6 +76,8 @@ def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]
     budget = shard_budget_bytes(resource)
     if budget is not None:
         args += ["--budget-bytes", str(budget)]
+    if spec.output.formats != [SAFETENSORS]:
+        args += ["--outputs", ",".join(spec.output.formats)]
     return args
 
 

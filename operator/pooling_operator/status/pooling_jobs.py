@@ -3,11 +3,18 @@ embedding space they belong to and the output's projected size."""
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.pooling_job_contract import CHECKED, PROGRESS_LINES, vector_dtype
+from pooling_operator.api.pooling_job_contract import (
+    BATCH_OUTPUT,
+    CHECKED,
+    OPENAI_BATCH,
+    PROGRESS_LINES,
+    vector_dtype,
+)
 from pooling_operator.status.jobs import common_job_status, storage_status
 from pooling_operator.status.queue import QueueObserved
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
@@ -56,4 +63,7 @@ def pooling_job_status(
     storage = storage_status(vector_estimate(progress, spec.shards), spec.output.storage_budget)
     if storage is not None:
         status["storage"] = storage
+    if OPENAI_BATCH in spec.output.formats:
+        out = spec.output.volume
+        status["output"]["batchOutput"] = f"{out.claim_name}:{posixpath.join(out.path, BATCH_OUTPUT)}"
     return status

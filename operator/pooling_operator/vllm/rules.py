@@ -25,6 +25,7 @@ from pooling_operator.api import (
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
+from pooling_operator.vllm.batch_file_rules import batch_file_problems
 from pooling_operator.vllm.carried_rules import carried_size_problems
 from pooling_operator.vllm.contract import (
     Contract,
@@ -134,6 +135,7 @@ def pooling_job(s: Subject) -> Iterable[Problem]:
     """A PoolingJob's vLLM is a PoolingService's (the same rules, the same messages), run as a Job."""
     assert isinstance(s.resource, PoolingJob)
     yield from job_problems(s.resource)
+    yield from batch_file_problems(s.resource)
     yield from pooling_problems(s.w, "spec.pooling")
     yield from task_support_problems(s.w, "spec.task")
     yield from batched_tokens_problems(s.w)

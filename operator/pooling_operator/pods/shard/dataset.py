@@ -13,6 +13,7 @@ so every id lands in exactly one manifest however the dataset repeats itself.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class Sample:
     line: int
     prompt: str | None = None  # the line's text, whatever its key
     token_ids: tuple[int, ...] | None = None
+    inputs: tuple[str, ...] | tuple[tuple[int, ...], ...] | None = None  # an OpenAI Batch line's (one request)
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,13 @@ def parse_line(raw: bytes, line: int, text_key: str = "prompt") -> Sample | BadL
     return Sample(sample_id, line, token_ids=tuple(tokens))
 
 
-def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt") -> Shard:
-    """The samples and bad lines of one shard, in file order.
+Parser = Callable[[bytes, int], "Sample | BadLine | None"]
+
+
+def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt", parse: Parser | None = None,
+               id_field: str = "id") -> Shard:
+    """The samples and bad lines of one shard, in file order; ``parse`` reads a line instead of ``parse_line``
+    (an OpenAI Batch file's, pods/vectors/openai_batch.py).
 
     Every line is parsed (not only this shard's) because duplicate ids are resolved across the whole
     file. Raises DatasetUnreadable when the file cannot be opened or read.
@@ -104,12 +111,13 @@ def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt") ->
         with path.open("rb") as f:
             for index, raw in enumerate(f):
                 mine = owns(index, shard, shards)
-                parsed = parse_line(raw.rstrip(b"\r\n"), index + 1, text_key)
+                parsed = (parse(raw.rstrip(b"\r\n"), index + 1) if parse is not None
+                          else parse_line(raw.rstrip(b"\r\n"), index + 1, text_key))
                 lines += parsed is not None
                 if isinstance(parsed, Sample):
                     first = first_line.setdefault(parsed.id, parsed.line)
                     if first != parsed.line:
-                        parsed = BadLine(parsed.line, parsed.id, f"duplicate id, first at line {first}")
+                        parsed = BadLine(parsed.line, parsed.id, f"duplicate {id_field}, first at line {first}")
                 if not mine or parsed is None:
                     continue
                 (samples if isinstance(parsed, Sample) else bad).append(parsed)  # type: ignore[arg-type]

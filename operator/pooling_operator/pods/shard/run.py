@@ -34,7 +34,7 @@ from pooling_operator.api.hidden_state_contract import (
 )
 from pooling_operator.pods.shard.budget import Budget, human_bytes
 from pooling_operator.pods.shard.client import VllmClient
-from pooling_operator.pods.shard.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.pods.shard.dataset import DatasetUnreadable, Parser, Sample, Shard, read_shard
 from pooling_operator.pods.shard.files import out_of_space, write_json_atomically
 from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter, ShardPaths
 from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
@@ -114,6 +114,11 @@ class ShardRun:
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    @property
+    def parser(self) -> tuple[Parser | None, str]:
+        """How a dataset line is read, where not by dataset.parse_line with ``text_key``, and its id's name."""
+        return None, "id"
+
     def _loaded(self, shard: Shard) -> None:
         """The dataset has been read: what the counts know before any work."""
         self.counts.total = shard.total
@@ -124,7 +129,7 @@ class ShardRun:
     async def _run(self) -> int:
         c = self.config
         try:
-            shard = await self._io(read_shard, c.dataset, c.shard, c.shards, self.text_key)
+            shard = await self._io(read_shard, c.dataset, c.shard, c.shards, self.text_key, *self.parser)
         except DatasetUnreadable as exc:
             log.error("Could not read the dataset of %s: %s", self.name, exc)
             await self.reporter.final(DATASET_UNREADABLE)

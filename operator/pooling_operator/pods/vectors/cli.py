@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pooling_operator.api.hidden_state_contract import EXIT_USAGE
-from pooling_operator.api.pooling_job_contract import ROUTES, VECTOR_DTYPES
+from pooling_operator.api.pooling_job_contract import (
+    DATASET_FORMATS,
+    JSONL,
+    OPENAI_BATCH,
+    OUTPUT_FORMATS,
+    ROUTES,
+    SAFETENSORS,
+    VECTOR_DTYPES,
+)
 from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
 
 if TYPE_CHECKING:
@@ -35,10 +44,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _outputs(text: str) -> tuple[str, ...]:
+    formats = tuple(x for x in text.split(",") if x)
+    wrong = [x for x in formats if x not in OUTPUT_FORMATS]
+    if wrong or not formats:
+        raise argparse.ArgumentTypeError(f"expected {' and/or '.join(OUTPUT_FORMATS)}, comma-separated: {text!r}")
+    return formats
+
+
 def _shard_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=non_negative, required=True, help="this shard's index ($(JOB_COMPLETION_INDEX))")
     p.add_argument("--shards", type=positive, required=True, help="number of shards")
-    p.add_argument("--dataset", type=Path, required=True, help='the JSONL dataset: {"id", "text"} or {"id", "token_ids"}')
+    p.add_argument("--dataset", type=Path, required=True, help='the JSONL dataset: {"id", "text"} or {"id", "token_ids"}, '
+                   "or an OpenAI Batch input file (--format openaiBatch)")
+    p.add_argument("--format", choices=DATASET_FORMATS, default=JSONL, help="the dataset's format (default jsonl)")
+    p.add_argument("--model-name", action="append", default=[], metavar="NAME",
+                   help="a name an OpenAI Batch line's body.model may give (repeatable; run's --model is one too)")
     p.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
 
 
@@ -55,6 +76,9 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--task", choices=tuple(ROUTES), required=True, help="the pooling task vLLM serves")
     r.add_argument("--batch-size", type=positive, required=True, help="inputs a request")
     r.add_argument("--dtype", choices=tuple(VECTOR_DTYPES), required=True, help="the vectors' dtype in the files")
+    r.add_argument("--outputs", type=_outputs, default=(SAFETENSORS,), metavar="FORMAT,..",
+                   help=f"what the job publishes: {' and/or '.join(OUTPUT_FORMATS)} (default safetensors; the part files "
+                   "are written either way, as the record resume reads)")
     r.add_argument("--run-info", type=run_info, default=None, metavar="JSON",
                    help="what the operator ran, for run.json: model, revision, image, command, task, embeddingSpace")  # fmt: skip
     r.add_argument("--budget-bytes", type=non_negative, help="this shard's share of the storage budget")
@@ -79,7 +103,8 @@ def config_from(args: argparse.Namespace) -> PoolingConfig:
         model=args.model, task=args.task, batch_size=args.batch_size, dtype=args.dtype, run_info=args.run_info,
         budget_bytes=args.budget_bytes, concurrency=args.concurrency, max_attempts=args.max_attempts,
         retry_base_seconds=args.retry_base_seconds, health_timeout=args.health_timeout,
-        request_timeout=args.request_timeout, progress_interval=args.progress_interval,
+        request_timeout=args.request_timeout, progress_interval=args.progress_interval, format=args.format,
+        outputs=args.outputs, models=tuple(args.model_name),
     )  # fmt: skip
 
 
@@ -115,8 +140,12 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     async def go(sink: Sink | None) -> int:
         from pooling_operator.pods.vectors.driver import preflight
+        from pooling_operator.pods.vectors.openai_batch import parse_request
 
-        return await preflight(args.dataset, args.shard, args.shards, sink)
+        parse = (functools.partial(parse_request, models=tuple(args.model_name)) if args.format == OPENAI_BATCH
+                 else None)
+        return await preflight(args.dataset, args.shard, args.shards, sink, parse,
+                               "custom_id" if parse is not None else "id")
 
     return asyncio.run(reporting(args.progress_configmap, args.shard, "the PoolingJob driver", go))
 

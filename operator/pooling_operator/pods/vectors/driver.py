@@ -18,6 +18,13 @@ instant loses nothing and duplicates nothing after the next run's resume.
   batches (those in flight still write if they fit) and the shard ends budget_exceeded, exit 3.
 - A full volume (ENOSPC, EDQUOT) ends it output_full, exit 5, the folder as consistent as after a crash.
 
+An OpenAI Batch file (``--format openaiBatch``, openai_batch.py): each line is one request to vLLM, as the
+Batch API and vLLM's run_batch send it, with its own answer and usage; a batch is consecutive lines with at
+most ``--batch-size`` inputs together (a longer line alone), its lines in flight at once and written to one part
+file. A line vLLM refuses, or that runs out of attempts, fails alone (no halving: the line is the user's
+request). With ``--outputs`` naming openaiBatch, the shard writes its lines of the Batch output file once it
+succeeded, and whichever shard finds every shard done writes the whole file in input order (batch_output.py).
+
 Prompt tokens per input: exact where the answer or the input says so (a token-id input: its length; the
 token tasks: its rows; a batch of one text: vLLM's usage), else 0, since vLLM reports only the batch's total
 (a share of it would be invented precision). Progress reports count inputs; ``hiddenSize`` is the vector
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +49,7 @@ from pooling_operator.api.hidden_state_contract import (
 )
 from pooling_operator.api.pooling_job_contract import (
     CHECKED,
+    OPENAI_BATCH,
     TEXT_KEY,
     TOKEN_TASKS,
     VECTOR_BYTES,
@@ -49,13 +58,15 @@ from pooling_operator.api.pooling_job_contract import (
 )
 from pooling_operator.pods.shard.budget import Budget, human_bytes
 from pooling_operator.pods.shard.client import Transient
-from pooling_operator.pods.shard.dataset import DatasetUnreadable, Sample, Shard, read_shard
+from pooling_operator.pods.shard.dataset import DatasetUnreadable, Parser, Sample, Shard, read_shard
 from pooling_operator.pods.shard.files import out_of_space, remove
 from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter
 from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
 from pooling_operator.pods.shard.record import RunRecord
 from pooling_operator.pods.shard.run import ShardFailed, ShardRun
+from pooling_operator.pods.vectors.batch_output import merge_if_done, write_shard_output
 from pooling_operator.pods.vectors.client import Misconfigured, PoolingClient, Refused, Vectors
+from pooling_operator.pods.vectors.openai_batch import parse_request
 from pooling_operator.pods.vectors.parts import (
     PartLines,
     VectorEntry,
@@ -87,6 +98,9 @@ class PoolingConfig:
     health_timeout: float = 1800.0
     request_timeout: float = 600.0
     progress_interval: float = 5.0
+    format: str = "jsonl"  # the dataset: jsonl or openaiBatch
+    outputs: tuple[str, ...] = ("safetensors",)  # safetensors and/or openaiBatch
+    models: tuple[str, ...] = ()  # the names an OpenAI Batch line's body.model may give (besides `model`)
 
 
 def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
@@ -97,6 +111,21 @@ def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
             yield batch
             batch = []
         batch.append(sample)
+    if batch:
+        yield batch
+
+
+def line_batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
+    """Consecutive OpenAI Batch lines with at most ``size`` inputs together (a line with more goes alone)."""
+    batch: list[Sample] = []
+    inputs = 0
+    for sample in samples:
+        n = len(sample.inputs or ())
+        if batch and inputs + n > size:
+            yield batch
+            batch, inputs = [], 0
+        batch.append(sample)
+        inputs += n
     if batch:
         yield batch
 
@@ -119,6 +148,16 @@ class PoolingDriver(ShardRun):
         self.st_dtype = VECTOR_DTYPES[config.dtype]
         self.dim: int | None = None  # the vectors' dimension: from the kept parts or the first answer
         self.next_part = 0
+
+    @property
+    def batch_file(self) -> bool:
+        return self.config.format == OPENAI_BATCH
+
+    @property
+    def parser(self) -> tuple[Parser | None, str]:
+        if not self.batch_file:
+            return None, "id"
+        return functools.partial(parse_request, models=(self.config.model, *self.config.models)), "custom_id"
 
     def _loaded(self, shard: Shard) -> None:
         super()._loaded(shard)
@@ -153,19 +192,35 @@ class PoolingDriver(ShardRun):
         budget = Budget(c.budget_bytes, resumed.bytes)
 
         def connect() -> PoolingClient:
+            # a batch of OpenAI Batch lines is up to batch_size requests in flight at once
+            in_flight = c.concurrency * (c.batch_size if self.batch_file else 1)
             return PoolingClient(c.endpoint, c.model, task=c.task, dtype=c.dtype, batch_size=c.batch_size,
-                                 concurrency=c.concurrency, request_timeout=c.request_timeout)  # fmt: skip
+                                 concurrency=in_flight, request_timeout=c.request_timeout)  # fmt: skip
 
         def started(client: PoolingClient) -> None:
             log.info("Sending %d inputs of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
                      self.name, c.endpoint, client.route, c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
 
         await self._serve(shard, todo, budget, connect, self._process, started)
-        return await self._finished(shard, budget, resumed_count)
+        state = await self._finished(shard, budget, resumed_count)
+        if state[1] == EXIT_OK and OPENAI_BATCH in c.outputs:
+            await self._io(self._write_batch_output)
+        return state
+
+    def _write_batch_output(self) -> None:
+        """This shard's lines of the OpenAI Batch output file; then the whole file if every shard is done."""
+        c = self.config
+        models = (c.model, *c.models)
+        lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, c.format, models, c.model)
+        log.info("Wrote %s's %d lines of the OpenAI Batch output file", self.name, lines)
+        merged = merge_if_done(c.dataset, c.output, c.shards, keep_parts="safetensors" in c.outputs)
+        if merged is not None:
+            log.info("Every shard is done: wrote %s (%d lines, input order)", merged[0], merged[1])
 
     async def _process(self, todo: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:
-        work = batches(todo, self.config.batch_size)
+        one = self._lines if self.batch_file else self._batch
+        work = (line_batches if self.batch_file else batches)(todo, self.config.batch_size)
         count = -(-len(todo) // self.config.batch_size)
 
         async def worker() -> None:
@@ -173,7 +228,7 @@ class PoolingDriver(ShardRun):
             for batch in work:
                 if budget.exhausted or self.full is not None:
                     return
-                await self._batch(batch, client, manifest, failed, budget)
+                await one(batch, client, manifest, failed, budget)
 
         async with asyncio.TaskGroup() as group:
             for _ in range(min(self.config.concurrency, count)):
@@ -219,6 +274,51 @@ class PoolingDriver(ShardRun):
         for sample in batch:
             self._fail(failed, sample, f"gave up after {c.max_attempts} attempts: {last}")
 
+    async def _lines(self, batch: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
+                     budget: Budget) -> None:  # fmt: skip
+        """OpenAI Batch lines: each one request, all in flight at once; the answered ones into one part file."""
+        answers: list[Vectors | str] = list(await asyncio.gather(*(self._line(s, client) for s in batch)))
+        dims = [a.dim for a in answers if isinstance(a, Vectors)]
+        for i, a in enumerate(answers):  # the first answers of a run, in flight together, must agree too
+            if isinstance(a, Vectors) and a.dim != (self.dim or dims[0]):
+                answers[i] = f"the vectors have {a.dim} dimensions, the job's others {self.dim or dims[0]}"
+        done = [(s, v) for s, v in zip(batch, answers, strict=True) if isinstance(v, Vectors)]
+        for sample, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, str):
+                self._fail(failed, sample, answer)
+        if not done or self.full is not None:
+            return
+        joined = Vectors(b"".join(v.data for _, v in done), tuple(sum(v.rows) for _, v in done), done[0][1].dim, None)
+        tokens = [v.prompt_tokens or 0 for _, v in done]
+        await self._commit([s for s, _ in done], joined, manifest, budget, tokens)
+
+    async def _line(self, sample: Sample, client: PoolingClient) -> Vectors | str:
+        """One line's answer, or why it has none (vLLM refused it, or every attempt failed)."""
+        c = self.config
+        last = ""
+        for attempt in range(1, c.max_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self._backoff(attempt))
+            await self._gate()
+            if self.full is not None:
+                return "the output volume is full"
+            try:
+                vectors = await client.encode(list(sample.inputs or ()), self.dim)
+                if self.dim is not None and vectors.dim != self.dim:
+                    raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
+                return vectors
+            except Transient as exc:
+                last = exc.reason
+                log.warning("Attempt %d of %d at %s (line %d) of %s failed: %s", attempt, c.max_attempts, sample.id,
+                            sample.line, self.name, exc.reason)  # fmt: skip
+                if exc.server_down:
+                    self._server_down(client)
+            except Refused as exc:
+                return f"vLLM refused the request: {exc.reason}"
+            except Misconfigured as exc:
+                raise ShardFailed(f"vLLM refused a request no input could change: {exc.reason}") from exc
+        return f"gave up after {c.max_attempts} attempts: {last}"
+
     def _tokens(self, batch: Sequence[Sample], vectors: Vectors) -> list[int]:
         if self.config.task in TOKEN_TASKS:
             return list(vectors.rows)
@@ -228,7 +328,8 @@ class PoolingDriver(ShardRun):
             return [vectors.prompt_tokens]
         return [0] * len(batch)
 
-    async def _commit(self, batch: list[Sample], vectors: Vectors, manifest: ManifestWriter, budget: Budget) -> None:
+    async def _commit(self, batch: list[Sample], vectors: Vectors, manifest: ManifestWriter, budget: Budget,
+                      tokens: list[int] | None = None) -> None:
         """Reserve, write the part file, append its lines; on ENOSPC neither stays (the part is removed once its
         lines could not be written: the writer has cut them back) and the volume counts as full."""
         if self._learn_dim(vectors.dim):
@@ -244,7 +345,7 @@ class PoolingDriver(ShardRun):
         index = self.next_part
         self.next_part += 1
         name = part_name(index)
-        tokens = self._tokens(batch, vectors)
+        tokens = tokens if tokens is not None else self._tokens(batch, vectors)
         entries: list[VectorEntry] = []
         row = 0
         for sample, rows, n in zip(batch, vectors.rows, tokens, strict=True):
@@ -275,14 +376,15 @@ class PoolingDriver(ShardRun):
                  human_bytes(size), self.counts.done, self.counts.total)  # fmt: skip
 
 
-async def preflight(dataset: Path, shard: int, shards: int, sink: Sink | None) -> int:
+async def preflight(dataset: Path, shard: int, shards: int, sink: Sink | None, parse: Parser | None = None,
+                    id_field: str = "id") -> int:
     """The init container's check, before vLLM starts: read the whole dataset, log this shard's bad lines and
     report state checked with the shard's samples (bad ones included), its bad lines and the dataset's
     non-blank lines. 0 even with bad lines (they become failed.jsonl lines of the run); 4 when unreadable."""
     counts = Counts()
     reporter = Reporter(shard, sink, counts)
     try:
-        found = await asyncio.to_thread(read_shard, dataset, shard, shards, TEXT_KEY)
+        found = await asyncio.to_thread(read_shard, dataset, shard, shards, TEXT_KEY, parse, id_field)
     except DatasetUnreadable as exc:
         log.error("Could not read the dataset of shard %d: %s", shard, exc)
         await reporter.final(DATASET_UNREADABLE)
