@@ -1,4 +1,5 @@
-"""A PoolingJob run for real: examples/minilm-corpus-embeddings.yaml on the pod runner, its preflight and driver
+"""A PoolingJob run for real: examples/minilm-batch-embeddings.yaml (an OpenAI Batch input file in, the OpenAI Batch
+output file and the safetensors parts out) on the pod runner, its preflight and driver
 from this repository, vLLM 0.32 with all-MiniLM-L6-v2 as the native sidecar; beside it the PoolingService of
 examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (the session's server pool
 starts it beside the job). Both run with ``--enforce-eager`` and half a CPU (runner_process.EAGER_ARGS and
@@ -6,10 +7,14 @@ SMALL_SERVER_RESOURCES, machine overrides: outside the embedding space's fingerp
 instead of ~90 s for each of the job's three vLLM starts).
 
 Two shards, one at a time. Mid-shard the driver of shard 0 is SIGKILLed: the pod fails and the Job retries the
-index in a new pod, which resumes from the manifest. Then every input is in exactly one manifest line, each line's
+index in a new pod, which resumes from the manifest. Then every request is in exactly one manifest line, each line's
 row holds a vector equal to sentence-transformers' for its text (cosine >= 0.9999; e2e/realvllm/oracles.py, which
-never imports vllm) and to what the PoolingService answers, the two bad lines of the corpus are in failed.jsonl,
-and every shard's run.json carries the embedding space's fingerprint that the PoolingService publishes."""
+never imports vllm) and to what the PoolingService answers, the three bad lines of the file are in failed.jsonl,
+every shard's run.json carries the embedding space's fingerprint that the PoolingService publishes, and the
+Batch output file has one line per request line in input order, read back by the openai package's own types:
+each answer's embedding the manifest's vector, each bad line an error line with its custom_id. The plain JSONL
+corpus takes the same driver, client and vLLM route (tests/test_pooling_driver*.py and the operator tier hold
+it to the stand-in)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from openai.types import BatchError, CreateEmbeddingResponse
 from safetensors.numpy import load_file
 
 from e2e.harness.poll import wait_for
@@ -65,29 +71,39 @@ def service() -> dict[str, Any]:
 SERVICE = service()
 
 
+def request(custom_id: str, text: str, url: str = "/v1/embeddings", model: str = runtime.MINILM.repo_id) -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": {"model": model, "input": text}})
+
+
+BAD_LINES = {101: (None, "invalid_request"), 302: ("doc-0007", "invalid_request"), 453: ("rerank-1", "invalid_request")}
+
+
 def corpus() -> tuple[list[dict[str, Any]], list[str]]:
-    """The inputs, and the corpus's lines: the inputs plus one line that is not JSON and one repeated id."""
+    """The inputs, and the file's lines: one OpenAI Batch request per input (body.model the repo id, or the served
+    name: the job's) plus a line that is not JSON, a repeated custom_id and a /v1/rerank request (BAD_LINES)."""
     rng = random.Random(29)
     docs = [{"id": f"doc-{i:04d}", "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 120)))}
             for i in range(TEXTS)]  # fmt: skip
-    lines = [json.dumps(d) for d in docs]
+    lines = [request(d["id"], d["text"], model=runtime.MINILM.repo_id if i % 3 else "minilm-batch")
+             for i, d in enumerate(docs)]  # fmt: skip
     lines.insert(100, "{not json")
-    lines.insert(301, json.dumps({"id": "doc-0007", "text": "a second line with an id already used"}))
+    lines.insert(301, request("doc-0007", "a second line with a custom_id already used"))
+    lines.insert(452, request("rerank-1", "a query for another endpoint", url="/v1/rerank"))
     return docs, lines
 
 
 def job(namespace: str) -> dict[str, Any]:
     """The example, changed only where this machine and the test force it: the 0.32 image, eager, half a CPU (it
     runs beside the service), two shards one at a time in small batches, and the claims of the runner."""
-    doc = placed(copy.deepcopy(example("minilm-corpus-embeddings.yaml")))
+    doc = placed(copy.deepcopy(example("minilm-batch-embeddings.yaml")))
     doc["metadata"]["namespace"] = namespace
     spec = doc["spec"]
     spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
     eager(spec["engine"])
     spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
     spec.update(shards=2, parallelism=1, batchSize=8)
-    spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/corpus.jsonl"}}
-    spec["output"] = {"volume": {"claimName": "data", "path": f"/{namespace}/out"}}
+    spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/requests.jsonl"}, "format": "openaiBatch"}
+    spec["output"] = {"volume": {"claimName": "data", "path": f"/{namespace}/out"}, "formats": ["openaiBatch", "safetensors"]}
     return doc
 
 
@@ -128,7 +144,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     docs, lines = corpus()
     data = pod_runner.data_claim(namespace) / namespace
     data.mkdir(parents=True)
-    (data / "corpus.jsonl").write_text("".join(line + "\n" for line in lines))
+    (data / "requests.jsonl").write_text("".join(line + "\n" for line in lines))
     out = data / "out"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(job(namespace)))
     # sentence-transformers' vectors (a process without vllm) computed while the job runs, not after it
@@ -147,7 +163,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     print(f"pooling job: killed the driver of shard 0 after {landed} inputs, {time.monotonic() - began:.0f} s in")
 
     def succeeded() -> dict[str, Any] | None:
-        obj = json.loads(cluster.kubectl("get", "poolingjob", "minilm-corpus", "-n", namespace, "-o", "json").stdout)
+        obj = json.loads(cluster.kubectl("get", "poolingjob", "minilm-batch", "-n", namespace, "-o", "json").stdout)
         conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
         if conds.get("Failed", {}).get("status") == "True":
             logs = "\n".join(pod_runner.container_log(namespace, p["name"]) for p in pod_runner.pods(namespace))
@@ -177,10 +193,11 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     leftovers = [p for p in out.rglob("*.safetensors") if p not in parts]
     assert not leftovers, leftovers[:5]
     failed = [json.loads(x) for s in (0, 1) for x in (out / f"shard-{s}" / "failed.jsonl").read_text().splitlines()]
-    assert sorted(f["line"] for f in failed) == [101, 302], failed  # the two bad lines, numbered from 1
+    assert sorted(f["line"] for f in failed) == sorted(BAD_LINES), failed  # the bad lines, numbered from 1
 
     status = obj["status"]
-    assert status["samples"] == {"done": TEXTS, "failed": 2}, status
+    assert status["samples"] == {"done": TEXTS, "failed": len(BAD_LINES)}, status
+    assert status["output"]["batchOutput"] == f"data:/{namespace}/out/batch-output.jsonl", status["output"]
     assert status["dataset"]["lines"] == len(lines) and status["vectors"] == {"dtype": "float32", "dimension": 384}
     assert status["bytesWritten"] == sum(p.stat().st_size for p in parts)
 
@@ -205,6 +222,26 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
         assert record["vllm"]["version"].startswith("0.32") and record["vllm"]["command"][:2] == ["vllm", "serve"]
         assert record["model"] == {"name": runtime.MINILM.repo_id, "revision": SERVICE["spec"]["model"]["revision"]}
     assert status["embeddingSpace"]["fingerprint"] == fingerprint
+
+    # the OpenAI Batch output file: one line per request line, in input order, read by openai's own types
+    written = [json.loads(x) for x in (out / "batch-output.jsonl").read_text().splitlines()]
+    assert len(written) == len(lines)
+    answered = 0
+    for number, (raw, got) in enumerate(zip(lines, written, strict=True), start=1):
+        if number in BAD_LINES:
+            custom_id, code = BAD_LINES[number]
+            error = BatchError.model_validate(got["error"])
+            assert (got["custom_id"], got["response"], error.code, error.line) == (custom_id, None, code, number), got
+            continue
+        custom_id = json.loads(raw)["custom_id"]
+        assert got["custom_id"] == custom_id and got["error"] is None and got["response"]["status_code"] == 200, got
+        body = CreateEmbeddingResponse.model_validate(got["response"]["body"])
+        assert body.model == json.loads(raw)["body"]["model"] and body.usage.prompt_tokens > 0
+        [embedding] = body.data
+        assert embedding.embedding == [float(x) for x in vectors[custom_id]], custom_id
+        answered += 1
+    assert answered == TEXTS
     print(f"pooling job: {TEXTS} vectors, min cosine {worst_reference:.6f} against sentence-transformers and "
           f"{worst_service:.6f} against the PoolingService; {len(parts)} part files, {status['bytesWritten']} bytes; "
+          f"the Batch output file {len(written)} lines; "
           f"{time.monotonic() - began:.0f} s in all")
