@@ -95,6 +95,18 @@ def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
     assert "--webhook-port=9443" in c["args"]
 
 
+def test_shards_are_one_deployment_each_with_its_own_selector_and_shard_flag(helm: Path) -> None:
+    [one] = [d for d in template(helm) if d["kind"] == "Deployment"]
+    assert not any(a.startswith("--shard") for a in one["spec"]["template"]["spec"]["containers"][0]["args"])
+    deps = [d for d in template(helm, "shards=3", "replicas=2") if d["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in deps] == [f"{one['metadata']['name']}-shard-{i}" for i in range(3)]
+    for i, d in enumerate(deps):
+        selector = d["spec"]["selector"]["matchLabels"]
+        assert selector["vllm-pooling.io/shard"] == str(i) and d["spec"]["replicas"] == 2
+        assert selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        assert f"--shard={i}/3" in d["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_rbac_has_no_wildcards_and_namespaced_mode_writes_nothing_cluster_wide(helm: Path) -> None:
     for docs in (template(helm), template(helm, "watchNamespaces={search,research}")):
         for d in docs:
@@ -160,7 +172,7 @@ def test_deploy_rbac_is_rendered_from_the_chart(helm: Path) -> None:
 
 @pytest.mark.parametrize(
     ("sets", "field"),
-    [("replicas=0", "replicas"), ("webhook.failurePolicy=Sometimes", "failurePolicy"),
+    [("replicas=0", "replicas"), ("shards=0", "shards"), ("webhook.failurePolicy=Sometimes", "failurePolicy"),
      ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"), ("nosuchvalue=1", "nosuchvalue")],
 )  # fmt: skip
 def test_bad_values_fail_with_the_field_named(helm: Path, sets: str, field: str) -> None:

@@ -35,6 +35,15 @@ EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
 API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
 
 
+def _shard(text: str) -> Any:
+    from pooling_operator.runtime.shards import parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint)
 
@@ -167,6 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pooling_operator.k8s.cache import Cache
     from pooling_operator.reconcile import Context
     from pooling_operator.runtime import Leadership, Runtime
+    from pooling_operator.runtime.shards import Sharding
 
     # The API server stores objects nested up to 10,000 levels deep; kopf reads every watched object with
     # Python's json, which gives up at the recursion limit (1,000 by default), and a watcher that fails stops
@@ -183,8 +193,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     identity = f"{socket.gethostname()}/{os.getpid()}/{random.SystemRandom().getrandbits(32):08x}"
     kube = Kube()
     ctx = Context(kube=kube, cache=Cache(), settings=_settings(args), operator_image=args.operator_image)
-    leadership = None if args.standalone else Leadership(kube, args.lease_name, args.lease_namespace, identity)
-    memo = kopf.Memo(ctx=ctx, runtime=Runtime(ctx, leadership, namespaces=list(args.namespace or []), watch=True), webhook=None)
+    sharding: Sharding = args.shard
+    leadership = None if args.standalone else Leadership(kube, sharding.lease_name(args.lease_name), args.lease_namespace, identity)
+    if sharding.sharded:
+        logging.getLogger(__name__).info("Shard %s: the namespaces whose sha256 mod %d is %d; Lease %s", sharding,
+                                         sharding.count, sharding.index, sharding.lease_name(args.lease_name))
+    runtime = Runtime(ctx, leadership, namespaces=list(args.namespace or []), watch=True, sharding=sharding)
+    memo = kopf.Memo(ctx=ctx, runtime=runtime, webhook=None)
     if args.webhook_port:
         cert_dir = Path(args.webhook_cert_dir)
         memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port,
@@ -241,6 +256,10 @@ def parser() -> argparse.ArgumentParser:
         "--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "default",
         help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
     )
+    o.add_argument("--shard", type=_shard, default="0/1", metavar="I/N",
+                   help="run as shard I of N: reconcile only the namespaces whose sha256 mod N is I, with a Lease of its "
+                   "own (<lease-name>-shard-I-of-N); shard 0 writes the AutoscalingPolicies' status (default 0/1: one "
+                   "operator for every namespace)")
     o.add_argument("--standalone", action="store_true", help="no Lease: act at once (a single replica or local runs)")
     o.add_argument("--operator-image", default=OPERATOR_IMAGE, help="image of the hidden-state driver and the ModelCache fill")
     o.add_argument(

@@ -33,6 +33,7 @@ from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
 from pooling_operator.runtime.series import Series
+from pooling_operator.runtime.shards import Sharding
 from pooling_operator.runtime.watches import Watches
 from pooling_operator.status.conditions import settled
 
@@ -60,9 +61,10 @@ class Runtime:
 
     def __init__(
         self, ctx: Context, leadership: Leadership | None, *, workers: int = WORKERS, namespaces: list[str] | None = None,
-        reconciles: Reconciles | None = None, watch: bool = False,
+        reconciles: Reconciles | None = None, watch: bool = False, sharding: Sharding | None = None,
     ) -> None:
         self.ctx = ctx
+        self.sharding = sharding or Sharding()
         self.leadership = leadership
         self.reconciles = reconciles or Reconciles(ctx)
         self.autoscaler: Autoscaler | None = None
@@ -76,7 +78,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[Any]] = []
         self._passes: set[asyncio.Task[Any]] = set()  # full passes in flight
         # the informers that fill the cache's stores (runtime/watches.py); None: the caller feeds the cache
-        self.watches = Watches(self, list(namespaces or [])) if watch else None
+        self.watches = Watches(self, list(namespaces or []), self.sharding) if watch else None
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
         self.series = Series()  # each watched resource's status as Prometheus series (alert rules, dashboards)
 
@@ -155,6 +157,11 @@ class Runtime:
                 if (peer := owner_key(other)) != key:
                     self._settled.discard(peer)
                     self._add(peer)
+
+    def on_foreign_owner(self, body: dict[str, Any], deleted: bool) -> None:
+        """Another shard's resource changed (shard 0 hears it for the policies' counts only)."""
+        if deleted or (body.get("spec") or {}).get("autoscaling") is not None:
+            self._recount_policies()
 
     def on_child(self, body: dict[str, Any], deleted: bool) -> None:
         """A child (or a pod of one) was listed, changed or went away: its owner is reconciled."""
@@ -296,8 +303,15 @@ class Runtime:
         return float(min(60, 2**attempt))
 
     async def _policies(self) -> None:
+        """The policies' status: every shard judges them, shard 0 alone writes it (runtime/shards.py)."""
+        if not self.sharding.writes_policy_status:
+            return
         cache = self.ctx.cache
-        await self.reconciles.reconcile_policies([b for b in (cache.owner(k) for k in cache.owner_keys()) if b is not None])
+        services = [b for b in (cache.owner(k) for k in cache.owner_keys()) if b is not None]
+        if self.watches is not None:
+            foreign = self.watches.foreign
+            services += [b for key in foreign for b in foreign[key]]
+        await self.reconciles.reconcile_policies(services)
 
     # ---- passes ------------------------------------------------------------------------------------------
 

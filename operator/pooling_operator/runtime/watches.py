@@ -27,6 +27,7 @@ from pooling_operator.k8s.cache import index_key, owner_key, project, queue_stor
 from pooling_operator.k8s.informer import Event, Informer
 from pooling_operator.k8s.store import Store
 from pooling_operator.reconcile import Context
+from pooling_operator.runtime.shards import Sharding
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,16 @@ def project_queue(body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]  # another framework's Workload: its identity only (for the re-list's comparison)
     return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
             "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}}  # fmt: skip
+
+
+def project_foreign(body: dict[str, Any]) -> dict[str, Any]:
+    """Another shard's owner, as the policies' counts read it: its identity and spec.autoscaling."""
+    meta, spec = body["metadata"], body.get("spec") or {}
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept}
+    if "autoscaling" in spec:
+        out["spec"] = {"autoscaling": spec["autoscaling"]}
+    return out
 
 
 def project_crd(body: dict[str, Any]) -> dict[str, Any]:
@@ -70,8 +81,11 @@ class Receiver(Protocol):
 class Watches:
     """The informers of one operator replica and the stores they fill; `start` them once the runtime runs."""
 
-    def __init__(self, runtime: Receiver, namespaces: list[str]) -> None:
+    def __init__(self, runtime: Receiver, namespaces: list[str], sharding: Sharding | None = None) -> None:
         self.runtime = runtime
+        self.sharding = sharding or Sharding()
+        # another shard's owners, slimmed to what the policies' counts read (shard 0 only; runtime/shards.py)
+        self.foreign = Store()
         self.kube = runtime.ctx.kube
         cache = runtime.ctx.cache
         self.owners, self.policies, self.namespaces = Store(), Store(), Store()
@@ -105,7 +119,7 @@ class Watches:
 
     def objects(self) -> dict[str, int]:
         """Objects held per store (the bench and the churn test read it)."""
-        out = {"owners": self.owners.objects(), "policies": self.policies.objects(), "namespaces": self.namespaces.objects(),
+        out = {"owners": self.owners.objects(), "foreign owners": self.foreign.objects(), "policies": self.policies.objects(), "namespaces": self.namespaces.objects(),
                "workloads": self.workloads.objects(), "localqueues": self.local_queues.objects()}  # fmt: skip
         out.update({kind: store.objects() for kind, store in self.children.items()})
         return out
@@ -127,8 +141,16 @@ class Watches:
             else:
                 store.put(uid, key, value)
 
+        sharding = self.sharding
+        namespaced = kind.namespaced
+
         def handle(event: Event) -> None:
             body, deleted = event.body, event.type == "DELETED"
+            if namespaced and not sharding.owns(body["metadata"].get("namespace")):
+                if role == "owner" and sharding.writes_policy_status:
+                    placed(self.foreign, owner_key(body), project_foreign(body), event)
+                    runtime.on_foreign_owner(body, deleted)
+                return  # another shard's: not cached, not reconciled
             if role == "owner":
                 placed(self.owners, owner_key(body), body, event)
                 runtime.on_owner(body, deleted)
