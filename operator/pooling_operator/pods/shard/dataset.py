@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class DatasetUnreadable(Exception):
@@ -54,8 +55,8 @@ def owns(index: int, shard: int, shards: int) -> bool:
     return index % shards == shard
 
 
-def parse_line(raw: bytes, line: int, text_key: str = "prompt") -> Sample | BadLine | None:
-    """One dataset line -> a sample, a bad line with the reason, or None for a blank line."""
+def json_object(raw: bytes, line: int) -> dict[str, Any] | BadLine | None:
+    """A line as a JSON object, a bad line saying why it is not one, or None for a blank line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -68,6 +69,14 @@ def parse_line(raw: bytes, line: int, text_key: str = "prompt") -> Sample | BadL
         return BadLine(line, None, f"not JSON: {exc.msg} at column {exc.colno}")
     if not isinstance(doc, dict):
         return BadLine(line, None, f"not a JSON object but {type(doc).__name__}")
+    return doc
+
+
+def parse_line(raw: bytes, line: int, text_key: str = "prompt") -> Sample | BadLine | None:
+    """One dataset line -> a sample, a bad line with the reason, or None for a blank line."""
+    doc = json_object(raw, line)
+    if not isinstance(doc, dict):
+        return doc
     raw_id = doc.get("id")
     if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
         return BadLine(line, None, "id must be a non-empty string")

@@ -239,10 +239,7 @@ class PoolingDriver(ShardRun):
         c = self.config
         last = ""
         for attempt in range(1, c.max_attempts + 1):
-            if attempt > 1:
-                await asyncio.sleep(self._backoff(attempt))
-            await self._gate()
-            if self.full is not None:
+            if not await self._ready_for(attempt):
                 return
             try:
                 vectors = await client.encode(_inputs(batch), self.dim)
@@ -292,15 +289,19 @@ class PoolingDriver(ShardRun):
         tokens = [v.prompt_tokens or 0 for _, v in done]
         await self._commit([s for s, _ in done], joined, manifest, budget, tokens)
 
+    async def _ready_for(self, attempt: int) -> bool:
+        """Before an attempt: the backoff after a failed one, vLLM up; False once the volume is full."""
+        if attempt > 1:
+            await asyncio.sleep(self._backoff(attempt))
+        await self._gate()
+        return self.full is None
+
     async def _line(self, sample: Sample, client: PoolingClient) -> Vectors | str:
         """One line's answer, or why it has none (vLLM refused it, or every attempt failed)."""
         c = self.config
         last = ""
         for attempt in range(1, c.max_attempts + 1):
-            if attempt > 1:
-                await asyncio.sleep(self._backoff(attempt))
-            await self._gate()
-            if self.full is not None:
+            if not await self._ready_for(attempt):
                 return "the output volume is full"
             try:
                 vectors = await client.encode(list(sample.inputs or ()), self.dim)

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pooling_operator.pods.shard.dataset import BadLine, Sample
+from pooling_operator.pods.shard.dataset import BadLine, Sample, json_object
 
 URL = "/v1/embeddings"
 METHOD = "POST"
@@ -89,18 +89,9 @@ def _inputs(value: Any) -> tuple[str, ...] | tuple[tuple[int, ...], ...] | str:
 def parse_request(raw: bytes, line: int, models: Sequence[str]) -> Sample | BadLine | None:
     """One input line -> a sample (id: its custom_id; inputs: its texts or token-id lists), a bad line with its
     custom_id where it has one, or None for a blank line. ``models``: the names body.model may give."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return BadLine(line, None, f"not UTF-8: {exc.reason} at byte {exc.start}")
-    if not text.strip():
-        return None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return BadLine(line, None, f"not JSON: {exc.msg} at column {exc.colno}")
+    doc = json_object(raw, line)
     if not isinstance(doc, dict):
-        return BadLine(line, None, f"not a JSON object but {type(doc).__name__}")
+        return doc
     custom_id = doc.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return BadLine(line, None, "custom_id must be a non-empty string")
