@@ -10,10 +10,12 @@ counts as a failure there too). It exits 1 when a goal is missed:
 - GPU-minutes over the oracle <= 1.3 at the median and <= 2.0 at worst;
 - at most 4 replica changes per hour on noisy steady load after the first 5 minutes.
 
-Seeds 0-9 are for development; the report uses 1000-1069 (70 traces per model, 10 per family), run once.
+Seeds 0-9 are for development; each report uses seeds never run before (70 traces per model, 10 per family),
+once: 1000-1069 on 2026-12-01 (the closed-loop model, `--service-model builtin`), 3000-3069 on 2026-12-04 (the
+open-loop fit, the default).
 
     .venv/bin/python bench/autoscaling/heldout.py --seeds 0-9             # development
-    .venv/bin/python bench/autoscaling/heldout.py --seeds 1000-1069 --out bench/results/autoscaling.json
+    .venv/bin/python bench/autoscaling/heldout.py --seeds 3000-3069 --out bench/results/autoscaling-3000.json
     .venv/bin/python bench/autoscaling/heldout.py --quick                  # one trace per family and model
 """
 
