@@ -4,6 +4,7 @@ holds (the contract, the workload view, the vLLM command line)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +63,8 @@ def built(
         ctx = BuildContext(policy=policy, model_cache=model_cache, **({"operator_image": operator_image} if operator_image else {}))
         p = plan(resource, result.contract, ctx, result.workload) if not policy_problems else None
         desired = [with_hash(o) for o in p.objects] if p is not None else []
+        if p is not None:  # one copy of the children per resource: the plan's own are not read again
+            p = dataclasses.replace(p, objects=desired)
         out = Built(key, policies, labels, resource, [], policy, policy_problems, reason, p, desired)
     memory.built[meta["uid"]] = out
     return out
