@@ -70,6 +70,14 @@ def test_pooling_job_runs_to_success(cluster: ControlPlane, operator: OperatorPr
     header, row = table[0].split(), table[1].split()
     assert header[:8] == ["NAME", "MODEL", "TASK", "READY", "SHARDS", "DONE", "INPUTS", "FAILED"], header
     assert row[:8] == ["corpus", "sentence-transformers/all-MiniLM-L6-v2", "embed", "True", "2", "2", "21", "1"], row
+    def cell(name: str) -> str:  # by the header's offsets: empty cells leave no word to split on
+        start = table[0].index(name)
+        end = min((table[0].index(h, start + 1) for h in header if table[0].find(h, start + 1) > start), default=None)
+        return table[1][start:end].strip()
+
+    # the Batch-file columns of -o wide, blank for a job that leaves the defaults (jsonl, [safetensors]) unset:
+    # the CRD writes no default into what the user applied
+    assert header[-3:-1] == ["FORMAT", "OUTPUTS"] and (cell("FORMAT"), cell("OUTPUTS")) == ("", ""), table
     assert "plj" in cluster.kubectl("api-resources", "--categories=pooling").stdout
 
     cluster.kubectl("delete", "plj/corpus", "-n", namespace, "--wait=true")

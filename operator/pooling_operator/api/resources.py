@@ -209,10 +209,6 @@ KINDS: dict[str, KindInfo] = {
             columns=(
                 MODEL,
                 _col("Task", ".spec.task", description="Pooling task."),
-                _col("Format", ".spec.dataset.format", description="The dataset: jsonl or openaiBatch (an OpenAI "
-                     "Batch input file).", priority=1),
-                _col("Outputs", ".spec.output.formats", description="What the job publishes: safetensors and/or "
-                     "openaiBatch.", priority=1),
                 _col("Ready", READY, description="Ready condition."),
                 _col("Shards", ".spec.shards", "integer", "Shards in the job."),
                 _col("Done", ".status.shards.succeeded", "integer", "Shards finished."),
@@ -225,6 +221,10 @@ KINDS: dict[str, KindInfo] = {
                 _col("Queued", '.status.conditions[?(@.type=="Queued")].reason',
                      description="Kueue admission: why the job waits (WaitingForQuota, Preempted, KueueNotInstalled) or Admitted."),
                 _col("Queue", ".spec.queue.name", description="Kueue LocalQueue.", priority=1),
+                _col("Format", ".spec.dataset.format", description="The dataset: jsonl or openaiBatch (an OpenAI "
+                     "Batch input file).", priority=1),
+                _col("Outputs", ".spec.output.formats", description="What the job publishes: safetensors and/or "
+                     "openaiBatch.", priority=1),
                 AGE,
             ),
             scale=False,
