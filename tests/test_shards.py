@@ -87,6 +87,22 @@ def namespaces_of_each_shard() -> dict[int, str]:
     return out
 
 
+def test_the_informers_remember_only_the_identity_of_another_shards_objects() -> None:
+    namespaces = namespaces_of_each_shard()
+    watches, _ = owners_of({}, Sharding(0, 2))
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 3, "template": {"spec": {}}},
+           "metadata": {"name": "d", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"}}}  # fmt: skip
+    project = watches._sharded(KINDS["Deployment"], watches._projection(KINDS["Deployment"]))
+    mine = project({**dep, "metadata": {**dep["metadata"], "namespace": namespaces[0]}})
+    other = project({**dep, "metadata": {**dep["metadata"], "namespace": namespaces[1]}})
+    assert mine["spec"]["replicas"] == 3 and mine["metadata"]["labels"] == {"a": "b"}
+    assert other == {"apiVersion": "apps/v1", "kind": "Deployment",
+                     "metadata": {"name": "d", "namespace": namespaces[1], "uid": "u", "resourceVersion": "7"}}
+    alone, _ = owners_of({}, Sharding())
+    one = alone._projection(KINDS["Deployment"])
+    assert alone._sharded(KINDS["Deployment"], one) is one  # one operator: projected as before
+
+
 def test_a_shard_keeps_and_reconciles_only_its_own_and_shard_zero_counts_the_others_slimly() -> None:
     namespaces = namespaces_of_each_shard()
     zero, zero_runtime = owners_of(namespaces, Sharding(0, 2))

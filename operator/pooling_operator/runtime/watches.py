@@ -50,6 +50,13 @@ def project_queue(body: dict[str, Any]) -> dict[str, Any]:
             "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}}  # fmt: skip
 
 
+def project_identity(body: dict[str, Any]) -> dict[str, Any]:
+    """Another shard's child, pod or queue object: what the informer's re-list compares, nothing more."""
+    meta = body["metadata"]
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept}
+
+
 def project_foreign(body: dict[str, Any]) -> dict[str, Any]:
     """Another shard's owner, as the policies' counts read it: its identity and spec.autoscaling."""
     meta, spec = body["metadata"], body.get("spec") or {}
@@ -99,7 +106,8 @@ class Watches:
             for namespace in scopes:
                 self.informers.append(Informer(
                     self.kube, kind, namespace, handle=self._handler(kind), listed=self._listed,
-                    project=self._projection(kind), selector=MANAGED_LABELS if kind.role in ("child", "pod") else None,
+                    project=self._sharded(kind, self._projection(kind)),
+                    selector=MANAGED_LABELS if kind.role in ("child", "pod") else None,
                 ))  # fmt: skip
         self.crds: Informer | None = None  # watched once some kind is not served
         self.synced = False
@@ -129,6 +137,18 @@ class Watches:
     @staticmethod
     def _projection(kind: Kind) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return {"namespace": project_namespace, "queue": project_queue}.get(kind.role, project)
+
+    def _sharded(self, kind: Kind, project: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """A shard's projection: another shard's objects slimmed before the informer keeps them (it remembers
+        what it last saw of every object, for its re-lists), so a shard holds the others' identities only."""
+        if not (kind.namespaced and self.sharding.sharded):
+            return project
+        owns, slim = self.sharding.owns, project_foreign if kind.role == "owner" else project_identity
+
+        def choose(body: dict[str, Any]) -> dict[str, Any]:
+            return project(body) if owns(body["metadata"].get("namespace")) else slim(body)
+
+        return choose
 
     def _handler(self, kind: Kind) -> Callable[[Event], None]:
         runtime = self.runtime

@@ -123,6 +123,8 @@ def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt", pa
                 parsed = (parse(raw.rstrip(b"\r\n"), index + 1) if parse is not None
                           else parse_line(raw.rstrip(b"\r\n"), index + 1, text_key))
                 lines += parsed is not None
+                if isinstance(parsed, BadLine) and parsed.id and id_field == "custom_id":
+                    first_line.setdefault(parsed.id, parsed.line)  # a Batch file's custom_id is its first line's, bad or not
                 if isinstance(parsed, Sample):
                     first = first_line.setdefault(parsed.id, parsed.line)
                     if first != parsed.line:

@@ -84,8 +84,10 @@ def _jsonl(path: Path) -> Iterator[dict]:  # type: ignore[type-arg]
             yield json.loads(raw)
 
 
-def _write(path: Path, chunks: Iterator[bytes]) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+def _write(path: Path, chunks: Iterator[bytes], writer: str = "") -> None:
+    """``path`` by an atomic rename; ``writer`` names the temporary file, so two shards merging at once never
+    share one (each renames its own; the last wins, with the same bytes)."""
+    tmp = path.with_name(f"{path.name}{'.' + writer if writer else ''}{TMP_SUFFIX}")
     try:
         write_new(tmp, chunks)
         move_into_place(str(tmp), path, TMP_SUFFIX)
@@ -156,7 +158,7 @@ def write_shard_output(dataset: Path, output: Path, shard: int, shards: int, fmt
     return count
 
 
-def merge_if_done(dataset: Path, output: Path, shards: int, keep_parts: bool) -> tuple[Path, int] | None:
+def merge_if_done(dataset: Path, output: Path, shards: int, keep_parts: bool, writer: str = "") -> tuple[Path, int] | None:
     """The whole output file in input order, once every shard has succeeded and written its lines; None before."""
     folders = [output / shard_folder(k) for k in range(shards)]
     if not all((f / SUCCESS_MARKER).exists() and (f / BATCH_OUTPUT).exists() for f in folders):
@@ -179,7 +181,7 @@ def merge_if_done(dataset: Path, output: Path, shards: int, keep_parts: bool) ->
                     yield line
 
         target = output / BATCH_OUTPUT
-        _write(target, merged())
+        _write(target, merged(), writer)
     finally:
         for r in readers:
             r.close()

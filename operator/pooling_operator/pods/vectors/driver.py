@@ -213,7 +213,12 @@ class PoolingDriver(ShardRun):
         models = (c.model, *c.models)
         lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, c.format, models, c.model)
         log.info("Wrote %s's %d lines of the OpenAI Batch output file", self.name, lines)
-        merged = merge_if_done(c.dataset, c.output, c.shards, keep_parts="safetensors" in c.outputs)
+        try:
+            merged = merge_if_done(c.dataset, c.output, c.shards, keep_parts="safetensors" in c.outputs,
+                                   writer=f"shard-{c.shard}")
+        except ValueError as exc:  # another shard's file is from an earlier run: it merges once it is done
+            log.warning("Did not write the whole OpenAI Batch output file yet: %s", exc)
+            return
         if merged is not None:
             log.info("Every shard is done: wrote %s (%d lines, input order)", merged[0], merged[1])
 
@@ -221,7 +226,8 @@ class PoolingDriver(ShardRun):
                        budget: Budget) -> None:
         one = self._lines if self.batch_file else self._batch
         work = (line_batches if self.batch_file else batches)(todo, self.config.batch_size)
-        count = -(-len(todo) // self.config.batch_size)
+        # a Batch line with more inputs than batchSize is a batch of its own: up to one batch per line
+        count = len(todo) if self.batch_file else -(-len(todo) // self.config.batch_size)
 
         async def worker() -> None:
             # One shared iterator: each worker takes the next batch when it is free (bounded concurrency).
