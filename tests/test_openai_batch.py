@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
-from openai.types import BatchError, CreateEmbeddingResponse, EmbeddingCreateParams
+from openai.types import BatchError, CreateEmbeddingResponse
 
-from pooling_operator.pods.shard.dataset import BadLine, Sample
+from pooling_operator.pods.shard.dataset import BadLine, Sample, read_shard
 from pooling_operator.pods.vectors.openai_batch import (
     FAILED,
     INVALID,
@@ -41,7 +43,6 @@ def line(body: dict[str, Any] | None = None, **fields: Any) -> bytes:
     ],
 )
 def test_a_request_line_becomes_one_sample_holding_its_inputs(body: dict[str, Any], inputs: tuple[Any, ...]) -> None:
-    EmbeddingCreateParams(**body) if "model" in body else None  # the client's own request type takes the body
     parsed = parse_request(line(body), 3, MODELS)
     assert parsed == Sample("r-1", 3, inputs=inputs)
 
@@ -83,6 +84,14 @@ def test_a_line_that_is_not_a_request_says_why_with_its_custom_id(raw: bytes, cu
 
 def test_blank_lines_are_no_requests() -> None:
     assert parse_request(b"  \t", 1, MODELS) is None
+
+
+def test_a_custom_id_belongs_to_its_first_line_even_a_bad_one(tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(line(url="/v1/rerank") + b"\n" + line() + b"\n")
+    found = read_shard(path, 0, 1, parse=partial(parse_request, models=MODELS), id_field="custom_id")
+    assert found.samples == [] and [(b.line, b.id) for b in found.bad] == [(1, "r-1"), (2, "r-1")]
+    assert found.bad[1].reason == "duplicate custom_id, first at line 1"
 
 
 def test_an_answer_is_the_body_openai_returns_and_the_client_types_read_it() -> None:

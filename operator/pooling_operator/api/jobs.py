@@ -146,11 +146,6 @@ class OutputStatus(Spec):
 
     path: str | None = Field(default=None, description="Output folder on the claim.")
     manifests: list[str] | None = Field(default=None, description="Manifest files, one per shard.")
-    batch_output: str | None = Field(
-        default=None,
-        description="A PoolingJob with output.formats openaiBatch: the OpenAI Batch output file (claim:path), whole "
-        "once the job has Succeeded.",
-    )
 
 
 class StorageStatus(Spec):

@@ -174,6 +174,16 @@ class VectorStorageStatus(Spec):
     basis: str | None = Field(default=None, description="What the estimate is projected from.")
 
 
+class VectorOutputStatus(OutputStatus):
+    """Where the results are."""
+
+    batch_output: str | None = Field(
+        default=None,
+        description="With output.formats openaiBatch: the OpenAI Batch output file (claim:path), whole once the "
+        "job has Succeeded.",
+    )
+
+
 class PoolingJobStatus(StatusBase):
     """Observed state of a PoolingJob."""
 
@@ -182,7 +192,7 @@ class PoolingJobStatus(StatusBase):
     dataset: CorpusStatus | None = Field(default=None, description=CorpusStatus.__doc__)
     vectors: VectorsStatus | None = Field(default=None, description=VectorsStatus.__doc__)
     bytes_written: int | None = Field(default=None, description="Bytes of part files written.")
-    output: OutputStatus | None = Field(default=None, description=OutputStatus.__doc__)
+    output: VectorOutputStatus | None = Field(default=None, description=VectorOutputStatus.__doc__)
     storage: VectorStorageStatus | None = Field(default=None, description=VectorStorageStatus.__doc__)
     embedding_space: EmbeddingSpaceStatus | None = Field(default=None, description=EmbeddingSpaceStatus.__doc__)
     start_time: str | None = Field(default=None, description="When the Job started.")

@@ -6,7 +6,7 @@ A line is ``{"id": ..., "<text key>": "..."}`` or ``{"id": ..., "token_ids": [..
 A line belongs to shard ``I`` of ``N`` when its 0-based index mod N == I, so the assignment is stable
 across restarts and needs no coordination. Lines are numbered from 1 in everything a person reads
 (failed.jsonl, logs). Blank lines keep their index but are not samples. An id that appears twice in
-the file belongs to its first line; later lines with it are failed samples on whichever shard owns them,
+the file belongs to its first line, even a malformed one; later lines with it are failed samples on whichever shard owns them,
 so every id lands in exactly one manifest however the dataset repeats itself.
 """
 
@@ -123,8 +123,8 @@ def read_shard(path: Path, shard: int, shards: int, text_key: str = "prompt", pa
                 parsed = (parse(raw.rstrip(b"\r\n"), index + 1) if parse is not None
                           else parse_line(raw.rstrip(b"\r\n"), index + 1, text_key))
                 lines += parsed is not None
-                if isinstance(parsed, BadLine) and parsed.id and id_field == "custom_id":
-                    first_line.setdefault(parsed.id, parsed.line)  # a Batch file's custom_id is its first line's, bad or not
+                if isinstance(parsed, BadLine) and parsed.id:
+                    first_line.setdefault(parsed.id, parsed.line)  # an id is its first line's, bad or not
                 if isinstance(parsed, Sample):
                     first = first_line.setdefault(parsed.id, parsed.line)
                     if first != parsed.line:

@@ -27,7 +27,7 @@ from pooling_operator.api.pooling_job_contract import (
     SUCCESS_MARKER,
     shard_folder,
 )
-from pooling_operator.pods.shard.dataset import BadLine, Sample, owns, read_shard
+from pooling_operator.pods.shard.dataset import json_object, owns, read_shard
 from pooling_operator.pods.shard.files import TMP_SUFFIX, fsync_dir, move_into_place, remove, write_new
 from pooling_operator.pods.shard.tensors import header_length, parse_header
 from pooling_operator.pods.vectors.openai_batch import (
@@ -100,9 +100,9 @@ def _write(path: Path, chunks: Iterator[bytes], writer: str = "") -> None:
 def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Sequence[str], served: str,
                 created: int) -> Iterator[bytes]:  # fmt: skip
     """The shard's output lines, in its input order."""
-    parse = partial(parse_request, models=models)
-    found = read_shard(dataset, shard, shards, parse=parse, id_field="custom_id")
+    found = read_shard(dataset, shard, shards, parse=partial(parse_request, models=models), id_field="custom_id")
     invalid = {b.line: b for b in found.bad}
+    requests = {s.line: s for s in found.samples}
     folder = output / shard_folder(shard)
     failed = {d["line"]: d for d in _jsonl(folder / FAILED_LOG)}
     entries: dict[str, VectorEntry] = {}
@@ -117,35 +117,29 @@ def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Se
             if not owns(index, shard, shards):
                 continue
             line = index + 1
-            raw = raw.rstrip(b"\r\n")
-            parsed = parse(raw, line)
-            if parsed is None:
+            bad, sample = invalid.get(line), requests.get(line)
+            if bad is not None:
+                yield dumps(error_line(line, bad.id, INVALID, bad.reason))
                 continue
-            bad = invalid.get(line)
-            if bad is not None or isinstance(parsed, BadLine):
-                why = bad or parsed
-                assert isinstance(why, BadLine)
-                yield dumps(error_line(line, why.id, INVALID, why.reason))
-                continue
-            assert isinstance(parsed, Sample)
-            entry = entries.get(parsed.id)
+            if sample is None:
+                continue  # a blank line: no request
+            entry = entries.get(sample.id)
             if line in failed or entry is None:
                 reason = failed.get(line, {}).get("reason") or "not answered"
-                yield dumps(error_line(line, parsed.id, FAILED, reason))
+                yield dumps(error_line(line, sample.id, FAILED, reason))
                 continue
-            request = request_of(raw, models)
+            request = request_of(raw.rstrip(b"\r\n"), models)
             rows = parts.rows(entry)
             mismatch = dimension_mismatch(request, len(rows[0]))
             if mismatch:
-                yield dumps(error_line(line, parsed.id, INVALID, mismatch))
+                yield dumps(error_line(line, sample.id, INVALID, mismatch))
                 continue
             yield dumps(success_line(request, line, rows, entry.tokens, served, created))
 
 
-def write_shard_output(dataset: Path, output: Path, shard: int, shards: int, fmt: str, models: Sequence[str],
+def write_shard_output(dataset: Path, output: Path, shard: int, shards: int, models: Sequence[str],
                        served: str) -> int:  # fmt: skip
     """Write ``shard-<I>/batch-output.jsonl``; its line count."""
-    del fmt  # only an OpenAI Batch file has an OpenAI Batch output (the operator's rule)
     count = 0
 
     def counted() -> Iterator[bytes]:
@@ -172,7 +166,7 @@ def merge_if_done(dataset: Path, output: Path, shards: int, keep_parts: bool, wr
             with dataset.open("rb") as f:
                 for index, raw in enumerate(f):
                     raw = raw.rstrip(b"\r\n")
-                    if _blank(raw):
+                    if json_object(raw, index + 1) is None:  # a blank line: no request, no output line
                         continue
                     line = readers[index % shards].readline()
                     if not line:
@@ -190,12 +184,3 @@ def merge_if_done(dataset: Path, output: Path, shards: int, keep_parts: bool, wr
             for part in folder.glob("part-*.safetensors"):
                 remove(part)
     return target, count
-
-
-def _blank(raw: bytes) -> bool:
-    """A line that is not a request line at all (parse_request's None): valid UTF-8 and only white space."""
-    try:
-        return not raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return False
-

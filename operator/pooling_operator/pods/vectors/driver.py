@@ -211,7 +211,7 @@ class PoolingDriver(ShardRun):
         """This shard's lines of the OpenAI Batch output file; then the whole file if every shard is done."""
         c = self.config
         models = (c.model, *c.models)
-        lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, c.format, models, c.model)
+        lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, models, c.model)
         log.info("Wrote %s's %d lines of the OpenAI Batch output file", self.name, lines)
         try:
             merged = merge_if_done(c.dataset, c.output, c.shards, keep_parts="safetensors" in c.outputs,
@@ -280,14 +280,14 @@ class PoolingDriver(ShardRun):
     async def _lines(self, batch: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
                      budget: Budget) -> None:  # fmt: skip
         """OpenAI Batch lines: each one request, all in flight at once; the answered ones into one part file."""
-        answers: list[Vectors | str] = list(await asyncio.gather(*(self._line(s, client) for s in batch)))
+        answers: list[Vectors | str | None] = list(await asyncio.gather(*(self._line(s, client) for s in batch)))
         dims = [a.dim for a in answers if isinstance(a, Vectors)]
         for i, a in enumerate(answers):  # the first answers of a run, in flight together, must agree too
             if isinstance(a, Vectors) and a.dim != (self.dim or dims[0]):
                 answers[i] = f"the vectors have {a.dim} dimensions, the job's others {self.dim or dims[0]}"
         done = [(s, v) for s, v in zip(batch, answers, strict=True) if isinstance(v, Vectors)]
         for sample, answer in zip(batch, answers, strict=True):
-            if isinstance(answer, str):
+            if isinstance(answer, str):  # None: the volume is full, the line is sent again next run
                 self._fail(failed, sample, answer)
         if not done or self.full is not None:
             return
@@ -302,13 +302,14 @@ class PoolingDriver(ShardRun):
         await self._gate()
         return self.full is None
 
-    async def _line(self, sample: Sample, client: PoolingClient) -> Vectors | str:
-        """One line's answer, or why it has none (vLLM refused it, or every attempt failed)."""
+    async def _line(self, sample: Sample, client: PoolingClient) -> Vectors | str | None:
+        """One line's answer, why it has none (vLLM refused it, or every attempt failed), or None once the volume
+        is full (not a failure of the line: the next run sends it again, as it does a batch's)."""
         c = self.config
         last = ""
         for attempt in range(1, c.max_attempts + 1):
             if not await self._ready_for(attempt):
-                return "the output volume is full"
+                return None
             try:
                 vectors = await client.encode(list(sample.inputs or ()), self.dim)
                 if self.dim is not None and vectors.dim != self.dim:
