@@ -99,6 +99,23 @@ def pooling_job(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, An
     return resource("PoolingJob", merge(base, spec), **meta)
 
 
+def scoring_job(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    """A PoolingJob with a scoring mode: a ScoringService's model and mode, a PoolingJob's dataset and output."""
+    base = {
+        "mode": "crossEncoder",
+        "model": {
+            "name": "BAAI/bge-reranker-v2-m3",
+            "revision": ABC_SHA,
+            "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
+        },
+        "dataset": {"volume": {"claimName": "corpus", "path": "/groups.jsonl"}},
+        "output": {"volume": {"claimName": "scores", "path": "/runs/v1"}},
+        "shards": 2,
+        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    }
+    return resource("PoolingJob", merge(base, spec), **meta)
+
+
 def policy(spec: dict[str, Any] | None = None, name: str = "default") -> dict[str, Any]:
     return resource("AutoscalingPolicy", merge({"default": True}, spec), name=name, namespace=None)
 

@@ -42,6 +42,11 @@ def fake_rows(x: str | list[int], token_task: bool, dim: int = POOLING_DIM) -> l
     return out
 
 
+def fake_score(query: str, document: str) -> float:
+    """The fake's score of a (query, document) pair: k/128 for an integer |k| < 128, exact in float32."""
+    return (hashlib.sha256(f"{query}|{document}".encode()).digest()[0] - 128) / 128
+
+
 def encode_values(values: list[float], dtype: str) -> bytes:
     import struct
 
@@ -138,11 +143,43 @@ class FakePooling:
             return web.Response(body=b"".join(chunks), content_type="application/octet-stream",
                                 headers={"metadata": json.dumps(meta)})  # fmt: skip
 
+        async def score(request: web.Request) -> web.Response:
+            """/rerank, /score and /generative_scoring as vLLM 0.32 answers them, each score fake_score's."""
+            body = await request.json()
+            self.requests.append((request.path, body))
+            self.events.append(f"post {request.path}")
+            fault = self.faults.pop(0) if self.faults else None
+            if fault == 503:
+                self._down = self.down_polls
+                return web.json_response({"error": {"message": "the engine is restarting", "code": 503}}, status=503)
+            if fault == 500:
+                return web.json_response({"error": {"message": "an internal error", "code": 500}}, status=500)
+            query = body.get("query", body.get("text_1"))
+            docs = body.get("documents", body.get("items", body.get("text_2")))
+            docs = docs if isinstance(docs, list) else [docs]
+            if any(d in self.refuse for d in docs):
+                return web.json_response({"error": {"message": "This model's maximum context length is 16 tokens",
+                                                    "type": "BadRequestError", "param": None, "code": 400}}, status=400)  # fmt: skip
+            scores = [fake_score(query, d) for d in docs]
+            usage = {"prompt_tokens": sum(fake_tokens(f"{query} {d}") for d in docs)}
+            usage["total_tokens"] = usage["prompt_tokens"]
+            if fault == "count":
+                scores.pop()
+            if request.path == "/rerank":
+                results = sorted(({"index": i, "document": {"text": d}, "relevance_score": s}
+                                  for i, (d, s) in enumerate(zip(docs, scores, strict=False))), key=lambda r: -r["relevance_score"])  # fmt: skip
+                return web.json_response({"id": "score-fake", "model": body["model"], "usage": usage, "results": results})
+            return web.json_response({"id": "score-fake", "object": "list", "created": 0, "model": body["model"],
+                                      "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
+                                      "usage": usage})  # fmt: skip
+
         app = web.Application()
         app.router.add_get("/health", health)
         app.router.add_get("/version", version)
         app.router.add_post("/v1/embeddings", pool)
         app.router.add_post("/pooling", pool)
+        for route in ("/rerank", "/score", "/generative_scoring"):
+            app.router.add_post(route, score)
         return app
 
 

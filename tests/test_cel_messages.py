@@ -13,7 +13,16 @@ import pytest
 from pooling_operator.api import messages as M
 from pooling_operator.api.crd import all_crds
 from pooling_operator.vllm.validate import validate
-from tests.factories import generative, hidden_states, model_cache, policy, pooling, pooling_job, scoring
+from tests.factories import (
+    generative,
+    hidden_states,
+    model_cache,
+    policy,
+    pooling,
+    pooling_job,
+    scoring,
+    scoring_job,
+)
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 
@@ -41,6 +50,12 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.BATCH_OUTPUT_NEEDS_BATCH_INPUT: pooling_job({"output": {"volume": {"claimName": "v", "path": "/o"},
                                                               "formats": ["openaiBatch"]}}),
     M.CACHE_STORAGE_EXACTLY_ONE: model_cache({"storage": {"claimName": "c"}}),
+    M.JOB_TASK_OR_MODE: scoring_job({"task": "embed"}),
+    M.SCORING_JOB_NO_SPACE: scoring_job({"embeddingSpace": "v1"}),
+    M.SCORING_JOB_CONVERT: scoring_job({"convert": "classify"}),
+    M.GENERATIVE_BATCH_FILE: scoring_job({"mode": "generative", "model": {"name": "Qwen/Qwen3-1.7B", "hints": {
+        "architectures": ["Qwen3ForCausalLM"], "numLabels": None}}, "generative": {"labels": [{"token": "Yes", "id": 9454}]},
+        "dataset": {"volume": {"claimName": "c", "path": "/r.jsonl"}, "format": "openaiBatch"}}),
     **{message: pooling({"resources": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3", **gpu}}}) for message, gpu in (
         (M.SHARE_NOT_COUNT, {"count": 1, "share": {"memory": "2Gi", "via": "timeSlicing"}}),
         (M.SHARE_NOT_RESOURCE_NAME, {"resourceName": "nvidia.com/gpu", "share": {"memory": "2Gi", "via": "timeSlicing"}}),

@@ -12,7 +12,7 @@ import yaml
 
 from e2e.kube.controlplane import ControlPlane
 from pooling_operator.api import messages as M
-from tests.factories import generative, hidden_states, merge, policy, pooling, scoring
+from tests.factories import generative, hidden_states, merge, policy, pooling, pooling_job, scoring, scoring_job
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 
@@ -100,6 +100,15 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.output.storageBudget", "hiddenSize"],
     ),
     ("policy backends", policy({"allowedBackends": []}), ["spec.allowedBackends", "at least one backend"]),
+    ("job task and mode", scoring_job({"task": "embed"}), ["spec.task", M.JOB_TASK_OR_MODE]),
+    ("scoring job space", scoring_job({"embeddingSpace": "v1"}), ["spec.embeddingSpace", M.SCORING_JOB_NO_SPACE]),
+    ("scoring job pooling", scoring_job({"pooling": {"type": "CLS"}}), ["spec.pooling", M.POOLING_BIENCODER_ONLY]),
+    (
+        "generative job batch file",
+        scoring_job({"mode": "generative", "generative": {"labels": [{"token": "Yes", "id": 9454}]},
+                     "dataset": {"volume": {"claimName": "c", "path": "/r.jsonl"}, "format": "openaiBatch"}}),
+        ["spec.dataset.format", "/generative_scoring has no OpenAI Batch url"],
+    ),
 ]
 
 
@@ -122,7 +131,8 @@ def test_api_server_rejects(
 
 
 def test_valid_factories_are_admitted(cluster: ControlPlane, crds: list[str], namespace: str) -> None:
-    for obj in (pooling(), scoring(), generative(), hidden_states(), policy(name="admission-ok")):
+    for obj in (pooling(), scoring(), generative(), hidden_states(), policy(name="admission-ok"), pooling_job(),
+                scoring_job()):
         res = dry_run(cluster, obj, namespace)
         assert res.returncode == 0, res.stderr
 

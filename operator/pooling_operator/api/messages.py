@@ -37,8 +37,21 @@ JOB_IMMUTABLE = "spec is immutable: create a new HiddenStateJob instead"
 POOLING_JOB_IMMUTABLE = "spec is immutable: create a new PoolingJob instead"
 PARALLELISM_LE_SHARDS = "parallelism must be less than or equal to shards"
 BATCH_FILE_EMBED_ONLY = (
-    "an OpenAI Batch file (dataset.format or output.formats openaiBatch) is for task embed: its requests go to "
-    "/v1/embeddings; use format jsonl and safetensors for classify, token_embed and token_classify"
+    "an OpenAI Batch file (dataset.format or output.formats openaiBatch) is for task embed (/v1/embeddings lines) "
+    "or a scoring mode (/v1/rerank and /v1/score lines); use format jsonl and safetensors for classify, "
+    "token_embed and token_classify"
+)
+JOB_TASK_OR_MODE = (
+    "set exactly one of task (embed, classify, token_embed or token_classify: pool each input) or mode "
+    "(crossEncoder, biEncoder, lateInteraction or generative: score (query, documents) groups)"
+)
+SCORING_JOB_NO_SPACE = (
+    "embeddingSpace labels vectors; a scoring job (mode) writes scores: remove embeddingSpace or set task instead"
+)
+SCORING_JOB_CONVERT = "convert applies to a pooling task; a scoring job's mode chooses the model's adaptation: remove convert"
+GENERATIVE_BATCH_FILE = (
+    "mode generative reads our JSONL groups ({\"id\", \"query\", \"documents\"}): vLLM's /generative_scoring has "
+    "no OpenAI Batch url; use dataset.format jsonl and output.formats [safetensors]"
 )
 BATCH_OUTPUT_NEEDS_BATCH_INPUT = (
     "output.formats openaiBatch answers an OpenAI Batch input file: set dataset.format openaiBatch, or use "

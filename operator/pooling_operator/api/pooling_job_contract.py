@@ -68,6 +68,11 @@ VECTOR_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Where each task's inputs go.
 ROUTES = {"embed": "/v1/embeddings", "classify": "/pooling", "token_embed": "/pooling", "token_classify": "/pooling"}
 TOKEN_TASKS = ("token_embed", "token_classify")
+# A scoring job (spec.mode): each line's scores are rows of one value, float32 whatever engine.dtype (vLLM answers
+# them as JSON numbers), and go where the line's shape says (pods/vectors/scoring.py).
+SCORE_DTYPE = "float32"
+SCORING_MODES = ("crossEncoder", "biEncoder", "lateInteraction", "generative")
+SCORING_ROUTES = {"rerank": "/rerank", "score": "/score", "generative": "/generative_scoring"}
 
 
 def part_name(index: int) -> str:

@@ -1,7 +1,14 @@
-"""PoolingJob: embed (classify, or pool per token) a whole corpus once, into a volume, resumably.
+"""PoolingJob: embed (classify, or pool per token) a whole corpus once, into a volume, resumably; or, with
+`mode` instead of `task`, score (query, documents) groups as a ScoringService of that mode would.
 
 The model, task, convert, pooling and embeddingSpace fields are the PoolingService's, validated by the same rules
-with the same messages; the dataset, output, shards, parallelism, queue and retries are the HiddenStateJob's.
+with the same messages; mode and generative are the ScoringService's, with its rules and messages; the dataset,
+output, shards, parallelism, queue and retries are the HiddenStateJob's.
+
+Why a mode and not a kind of its own: a scoring job differs from an embedding job only in the request each line
+becomes and in what a row holds (a score, not a vector). Everything else (the Indexed Job, the preflight, the
+part files and manifest that resume reads, the budget, Kueue, the run record, status, Argo CD health, alerts and
+dashboards) is the same, and a second kind would have copied all of it.
 """
 
 from __future__ import annotations
@@ -21,14 +28,17 @@ from pooling_operator.api.services import (
     Convert,
     EmbeddingSpaceLabel,
     EmbeddingSpaceStatus,
+    GenerativeSpec,
     PoolingSpec,
+    ScoringMode,
     Task,
 )
 
 
 class CorpusSpec(Spec):
-    """The corpus: JSONL lines {"id": "...", "text": "..."} or {"id": "...", "token_ids": [...]} (format jsonl),
-    or an OpenAI Batch input file (format openaiBatch). A line that is not an input, or repeats an earlier id, is
+    """The corpus: JSONL lines {"id": "...", "text": "..."} or {"id": "...", "token_ids": [...]} (format jsonl;
+    with mode, {"id", "query", "documents": [...]} groups or {"id", "text_1", "text_2"} pairs), or an OpenAI Batch
+    input file (format openaiBatch). A line that is not an input, or repeats an earlier id, is
     recorded in its shard's failed.jsonl and skipped; a preflight init container counts the lines and reports the
     bad ones before vLLM starts."""
 
@@ -39,7 +49,10 @@ class CorpusSpec(Spec):
         "openaiBatch: the OpenAI Batch API's input file for embeddings, one request a line: {\"custom_id\", "
         "\"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": {\"model\", \"input\", \"encoding_format\", "
         "\"dimensions\", \"user\"}}, input a string, a list of strings, token ids or lists of them; body.model, "
-        "where given, must be model.name or the served name. Each line is one request to vLLM. Task embed only.",
+        "where given, must be model.name or the served name. Each line is one request to vLLM. With mode (not "
+        "generative) the lines are /v1/rerank requests ({\"model\", \"query\", \"documents\", \"top_n\"}) or "
+        "/v1/score requests ({\"model\", \"text_1\", \"text_2\"}), as vLLM's run_batch takes them. Task embed or "
+        "a scoring mode.",
     )
 
 
@@ -79,18 +92,38 @@ class PoolingJobSpec(Spec):
         json_schema_extra=validations(
             cel("self == oldSelf", M.POOLING_JOB_IMMUTABLE),
             cel("!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)", M.PARALLELISM_LE_SHARDS, ".parallelism"),
+            cel("has(self.task) != has(self.mode)", M.JOB_TASK_OR_MODE, ".task"),
             cel(
-                "!has(self.pooling) || !has(self.pooling.type) || "
+                "!has(self.task) || !has(self.pooling) || !has(self.pooling.type) || "
                 "(self.task in ['embed', 'classify']) == (self.pooling.type in ['CLS', 'MEAN', 'LAST'])",
                 M.POOLING_TYPE_FOR_TASK,
                 ".pooling.type",
             ),
+            cel("(has(self.mode) && self.mode == 'generative') == has(self.generative)", M.GENERATIVE_IFF_MODE,
+                ".generative"),
+            cel("!has(self.mode) || !has(self.pooling) || self.mode == 'biEncoder'", M.POOLING_BIENCODER_ONLY, ".pooling"),
+            cel(
+                "!has(self.mode) || !has(self.pooling) || !has(self.pooling.type) || "
+                "self.pooling.type in ['CLS', 'MEAN', 'LAST']",
+                M.BIENCODER_SEQUENCE_POOLING,
+                ".pooling.type",
+            ),
+            cel("!has(self.mode) || !has(self.embeddingSpace)", M.SCORING_JOB_NO_SPACE, ".embeddingSpace"),
+            cel("!has(self.mode) || !has(self.convert) || self.convert == 'auto'", M.SCORING_JOB_CONVERT, ".convert"),
             MATRYOSHKA_RULE,
             cel(
-                "self.task == 'embed' || ((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "
+                "has(self.mode) || (has(self.task) && self.task == 'embed') || "
+                "((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "
                 "(!has(self.output.formats) || !('openaiBatch' in self.output.formats)))",
                 M.BATCH_FILE_EMBED_ONLY,
                 ".task",
+            ),
+            cel(
+                "!has(self.mode) || self.mode != 'generative' || "
+                "((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "
+                "(!has(self.output.formats) || !('openaiBatch' in self.output.formats)))",
+                M.GENERATIVE_BATCH_FILE,
+                ".dataset.format",
             ),
             cel(
                 "!has(self.output.formats) || !('openaiBatch' in self.output.formats) || "
@@ -99,7 +132,8 @@ class PoolingJobSpec(Spec):
                 ".output.formats",
             ),
             cel(
-                "!has(self.pooling) || !has(self.pooling.dimensions) || self.task in ['embed', 'token_embed']",
+                "!has(self.pooling) || !has(self.pooling.dimensions) || "
+                "(has(self.task) && self.task in ['embed', 'token_embed']) || (has(self.mode) && self.mode == 'biEncoder')",
                 M.DIMENSIONS_EMBEDDING_ONLY,
                 ".pooling.dimensions",
             ),
@@ -107,9 +141,22 @@ class PoolingJobSpec(Spec):
     )
 
     model: ModelSpec = Field(description="The model, as a PoolingService's.")
-    task: Task = Field(
+    task: Task | None = Field(
+        default=None,
         description="The one pooling task: embed or classify (one row per input, through /v1/embeddings or "
-        "/pooling), token_embed or token_classify (one row per token, through /pooling)."
+        "/pooling), token_embed or token_classify (one row per token, through /pooling). Exactly one of task or "
+        "mode.",
+    )
+    mode: ScoringMode | None = Field(
+        default=None,
+        description="Score instead of pool, as a ScoringService of this mode (the same rules and messages): "
+        "crossEncoder, biEncoder or lateInteraction (through /rerank and /score) or generative (through "
+        "/generative_scoring). Each dataset line is a (query, documents) group or (text_1, text_2) pairs, one "
+        "request to vLLM; its row count is its documents', one float32 score a row, in the documents' order. "
+        "Exactly one of task or mode.",
+    )
+    generative: GenerativeSpec | None = Field(
+        default=None, description="Required iff mode is generative: the label tokens, as a ScoringService's."
     )
     convert: Convert = Field(
         default="auto",

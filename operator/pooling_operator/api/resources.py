@@ -204,15 +204,17 @@ KINDS: dict[str, KindInfo] = {
             namespaced=True,
             model=PoolingJob,
             description="An Indexed Job embedding (classifying, or pooling per token) a whole corpus once into a "
-            "volume: safetensors part files with a manifest, resume after failure, a storage budget and the "
-            "embedding space's fingerprint. The spec is immutable.",
+            "volume, or scoring (query, documents) groups with a ScoringService's mode: safetensors part files with "
+            "a manifest, resume after failure, a storage budget and the embedding space's fingerprint. The spec is "
+            "immutable.",
             columns=(
                 MODEL,
-                _col("Task", ".spec.task", description="Pooling task."),
+                _col("Task", ".spec.task", description="Pooling task (empty for a scoring job)."),
+                _col("Mode", ".spec.mode", description="Scoring mode (empty for a pooling task)."),
                 _col("Ready", READY, description="Ready condition."),
                 _col("Shards", ".spec.shards", "integer", "Shards in the job."),
                 _col("Done", ".status.shards.succeeded", "integer", "Shards finished."),
-                _col("Inputs", ".status.samples.done", "integer", "Inputs written."),
+                _col("Inputs", ".status.samples.done", "integer", "Inputs (scoring: groups) written."),
                 _col("Failed", ".status.samples.failed", "integer", "Inputs recorded as failed.", priority=1),
                 _col("Lines", ".status.dataset.lines", "integer", "Non-blank lines in the corpus.", priority=1),
                 _col("Storage", ".status.storage.estimate", description="Projected size of the output.", priority=1),

@@ -12,7 +12,7 @@ from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, vector_dtype
+from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, SCORE_DTYPE, vector_dtype
 from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
@@ -31,12 +31,31 @@ from pooling_operator.vllm.workload import Workload
 
 
 def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
-    """What the driver records in each shard's run.json: model, revision, image, vLLM's full command line, the
-    task and the embedding space (label and fingerprint: the one a PoolingService with this model and pooling
-    publishes)."""
+    """What the driver records in each shard's run.json: model, revision, image, vLLM's full command line, and
+    the task and the embedding space (label and fingerprint: the one a PoolingService with this model and pooling
+    publishes), or the scoring mode."""
     spec = resource.spec
+    if spec.mode is not None:
+        return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, mode=spec.mode)
     space = {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(w)}
     return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, task=spec.task, embeddingSpace=space)
+
+
+def work_args(resource: PoolingJob) -> list[str]:
+    """What each input asks of vLLM: the pooling task, or nothing more than the scoring mode (shard_args) but a
+    generative one's labels, as its ScoringService publishes them for clients in status.contract."""
+    spec = resource.spec
+    if spec.mode is None:
+        assert spec.task is not None  # validated: exactly one of task or mode
+        return ["--task", spec.task]
+    out: list[str] = []
+    g = spec.generative
+    if g is not None:
+        out += ["--label-token-ids", ",".join(str(label.id) for label in g.labels)]
+        out += ["--apply-softmax" if g.apply_softmax else "--no-apply-softmax"]
+        if g.item_first:
+            out += ["--item-first"]
+    return out
 
 
 def shard_args(resource: PoolingJob, w: Workload) -> list[str]:
@@ -46,6 +65,7 @@ def shard_args(resource: PoolingJob, w: Workload) -> list[str]:
         "--shards", str(spec.shards),
         "--dataset", posixpath.join(DATASET_MOUNT, spec.dataset.volume.path.lstrip("/")),
         "--progress-configmap", names.progress_configmap(w.name),
+        *(["--mode", spec.mode] if spec.mode is not None else []),  # how a line reads
         *batch_file_args(resource, w),
     ]  # fmt: skip
 
@@ -68,9 +88,9 @@ def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]
         "--output", output_dir(spec.output.volume.path),
         "--endpoint", f"http://127.0.0.1:{DEFAULT_PORT}",
         "--model", w.served_name,
-        "--task", spec.task,
+        *work_args(resource),
         "--batch-size", str(spec.batch_size),
-        "--dtype", vector_dtype(spec.engine.dtype),
+        "--dtype", vector_dtype(spec.engine.dtype) if spec.mode is None else SCORE_DTYPE,
         "--run-info", run_info(resource, w, argv),
     ]  # fmt: skip
     budget = shard_budget_bytes(resource)

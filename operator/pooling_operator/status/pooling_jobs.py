@@ -13,6 +13,7 @@ from pooling_operator.api.pooling_job_contract import (
     CHECKED,
     OPENAI_BATCH,
     PROGRESS_LINES,
+    SCORE_DTYPE,
     vector_dtype,
 )
 from pooling_operator.status.jobs import common_job_status, storage_status
@@ -51,15 +52,16 @@ def pooling_job_status(
     if lines:
         checked = sum(1 for p in progress.values() if p.get(hs.PROGRESS_STATE) == CHECKED or _int(p, PROGRESS_LINES))
         status["dataset"] = {"lines": max(lines), "checkedShards": checked}
-    vectors: dict[str, Any] = {"dtype": vector_dtype(spec.engine.dtype)}
+    vectors: dict[str, Any] = {"dtype": vector_dtype(spec.engine.dtype) if spec.mode is None else SCORE_DTYPE}
     dims = {_int(p, hs.PROGRESS_HIDDEN_SIZE) for p in progress.values()} - {0}
     if dims:
         vectors["dimension"] = max(dims)
     status["vectors"] = vectors
-    space: dict[str, Any] = {"fingerprint": embedding_fingerprint(w)}
-    if spec.embedding_space:
-        space["label"] = spec.embedding_space
-    status["embeddingSpace"] = space
+    if spec.mode is None:  # a scoring job's rows are scores: no vector space
+        space: dict[str, Any] = {"fingerprint": embedding_fingerprint(w)}
+        if spec.embedding_space:
+            space["label"] = spec.embedding_space
+        status["embeddingSpace"] = space
     storage = storage_status(vector_estimate(progress, spec.shards), spec.output.storage_budget)
     if storage is not None:
         status["storage"] = storage

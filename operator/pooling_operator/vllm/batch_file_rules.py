@@ -1,5 +1,6 @@
-"""The rules of a PoolingJob's OpenAI Batch files (spec.dataset.format, spec.output.formats): embeddings only,
-and an output file only for an input file. The CRD's CEL says the same (api/pooling_jobs.py). Pure."""
+"""The rules of a PoolingJob's own choices: exactly one of task or mode, what a scoring job (mode) leaves out,
+and its OpenAI Batch files (spec.dataset.format, spec.output.formats): embeddings or a scoring mode, and an
+output file only for an input file. The CRD's CEL says the same (api/pooling_jobs.py). Pure."""
 
 from __future__ import annotations
 
@@ -11,11 +12,21 @@ from pooling_operator.api.problems import Problem
 
 
 def batch_file_problems(resource: PoolingJob) -> Iterator[Problem]:
-    """OpenAI Batch files in and out: embeddings only, and an output file only for an input file."""
+    """Task or mode, and OpenAI Batch files in and out: embeddings or scoring, an output file only for an input
+    file."""
     spec = resource.spec
+    if (spec.task is None) == (spec.mode is None):
+        yield Problem("spec.task", M.JOB_TASK_OR_MODE)
+    if spec.mode is not None:
+        if spec.embedding_space is not None:
+            yield Problem("spec.embeddingSpace", M.SCORING_JOB_NO_SPACE)
+        if spec.convert != "auto":
+            yield Problem("spec.convert", M.SCORING_JOB_CONVERT)
     batch_in, batch_out = spec.dataset.format == "openaiBatch", "openaiBatch" in spec.output.formats
-    if (batch_in or batch_out) and spec.task != "embed":
+    if (batch_in or batch_out) and spec.task is not None and spec.task != "embed":
         yield Problem("spec.task", M.BATCH_FILE_EMBED_ONLY)
+    if (batch_in or batch_out) and spec.mode == "generative":
+        yield Problem("spec.dataset.format", M.GENERATIVE_BATCH_FILE)
     if batch_out and not batch_in:
         yield Problem("spec.output.formats", M.BATCH_OUTPUT_NEEDS_BATCH_INPUT)
     if len(set(spec.output.formats)) != len(spec.output.formats):

@@ -122,7 +122,7 @@ def _extra_args_each(w: Workload, c: Contract, xa: ExtraArgs, needs_metrics: boo
 
 def _unknown_flag_message(name: str, w: Workload, c: Contract) -> str:
     if name.replace("_", "-") == "--task":
-        field = "spec.task" if w.kind == "PoolingService" else "spec.mode"
+        field = "spec.mode" if w.mode is not None else "spec.task"
         return f"vLLM has no --task flag (it became --runner/--convert and the pooler task); set {field} instead"
     if name == "--disable-log-requests":
         return (

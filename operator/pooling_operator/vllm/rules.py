@@ -132,10 +132,16 @@ def hidden_state_job(s: Subject) -> Iterable[Problem]:
 
 
 def pooling_job(s: Subject) -> Iterable[Problem]:
-    """A PoolingJob's vLLM is a PoolingService's (the same rules, the same messages), run as a Job."""
+    """A PoolingJob's vLLM is a PoolingService's (the same rules, the same messages), run as a Job; with a mode,
+    a ScoringService's of that mode."""
     assert isinstance(s.resource, PoolingJob)
     yield from job_problems(s.resource)
     yield from batch_file_problems(s.resource)
+    if s.resource.spec.mode is not None:
+        yield from scoring_service_problems(s.resource, s.w, s.c)
+        return
+    if s.resource.spec.task is None:
+        return  # neither task nor mode: said above
     yield from pooling_problems(s.w, "spec.pooling")
     yield from task_support_problems(s.w, "spec.task")
     yield from batched_tokens_problems(s.w)

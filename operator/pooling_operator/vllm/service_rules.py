@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pooling_operator.api import (
+    PoolingJob,
     PoolingService,
     ScoringService,
 )
@@ -35,7 +36,7 @@ def pooling_problems(w: Workload, base: str) -> Iterator[Problem]:
     if pooling.type is not None and (task in SEQUENCE_TASKS) != (pooling.type in SEQUENCE_POOLING):
         allowed = "CLS, MEAN or LAST" if task in SEQUENCE_TASKS else "ALL or STEP"
         # A biEncoder's CEL rule speaks of biEncoders; a PoolingService's of tasks: say what the API server says.
-        shared = M.BIENCODER_SEQUENCE_POOLING if w.kind == "ScoringService" else M.POOLING_TYPE_FOR_TASK
+        shared = M.BIENCODER_SEQUENCE_POOLING if w.mode is not None else M.POOLING_TYPE_FOR_TASK
         yield Problem(f"{base}.type", f"{pooling.type} does not fit task {task}: {shared} (use {allowed})")
     if pooling.dimensions is not None:
         declared = w.model.matryoshka_dimensions
@@ -152,7 +153,9 @@ def pooling_service_problems(resource: PoolingService, w: Workload) -> Iterator[
     yield from batched_tokens_problems(w)
 
 
-def scoring_service_problems(resource: ScoringService, w: Workload, c: Contract | None) -> Iterator[Problem]:
+def scoring_service_problems(resource: ScoringService | PoolingJob, w: Workload, c: Contract | None) -> Iterator[Problem]:
+    """A ScoringService's mode rules; a PoolingJob with a mode is held to the same (its fields have the same
+    names and paths)."""
     spec = resource.spec
     if (spec.mode == "generative") != (spec.generative is not None):
         yield Problem("spec.generative", M.GENERATIVE_IFF_MODE)

@@ -73,8 +73,9 @@ def _pooling(r: PoolingService | PoolingJob) -> Workload:
                     spec.pooling, None, False)
 
 
-def _scoring(r: ScoringService) -> Workload:
+def _scoring(r: ScoringService | PoolingJob) -> Workload:
     m, spec = r.metadata, r.spec
+    assert spec.mode is not None
     generative = spec.mode == "generative"
     return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "generate" if generative else "pooling",
                     None if generative else MODE_TASKS[spec.mode], "auto", spec.pooling, spec.generative, False,
@@ -89,7 +90,7 @@ def _hidden_states(r: HiddenStateJob) -> Workload:
 # Each workload kind's view, by kind (tests/test_kinds_table.py holds it to the kinds table).
 VIEWS: dict[str, Callable[[Any], Workload]] = {
     "PoolingService": _pooling,
-    "PoolingJob": _pooling,
+    "PoolingJob": lambda r: _pooling(r) if r.spec.mode is None else _scoring(r),
     "ScoringService": _scoring,
     "HiddenStateJob": _hidden_states,
 }

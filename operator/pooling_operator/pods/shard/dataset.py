@@ -29,7 +29,8 @@ class Sample:
     line: int
     prompt: str | None = None  # the line's text, whatever its key
     token_ids: tuple[int, ...] | None = None
-    inputs: tuple[str, ...] | tuple[tuple[int, ...], ...] | None = None  # an OpenAI Batch line's (one request)
+    inputs: tuple[str, ...] | tuple[tuple[int, ...], ...] | None = None  # an OpenAI Batch line's, a scoring line's documents
+    route: str | None = None  # a scoring line's: rerank, score or generative (pods/vectors/scoring.py)
 
 
 @dataclass(frozen=True)

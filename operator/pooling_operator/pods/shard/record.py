@@ -36,11 +36,12 @@ class RunRecord:
     finished: str | None = None
     state: str = "running"
     task: str | None = None  # the vectors mode (a PoolingJob) when set
+    mode: str | None = None  # a scoring job's (a PoolingJob with spec.mode): its rows are scores
     dimension: int | None = None  # the vectors' last axis, once known
 
     def doc(self, driver_version: str) -> dict[str, Any]:
         """run.json: what ran, then what the shard's files hold (hidden states: layers, dtype, hidden size; a
-        PoolingJob's vectors: task, embedding space, dtype, dimension)."""
+        PoolingJob's vectors: task, embedding space, dtype, dimension; a scoring job's: mode, dtype, dimension 1)."""
         ran = {
             "shard": self.shard,
             "shards": self.shards,
@@ -51,7 +52,9 @@ class RunRecord:
                      "command": self.run_info.get("command")},
             "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
         }  # fmt: skip
-        if self.task is None:
+        if self.mode is not None:
+            held = {"mode": self.mode, "dtype": self.dtype, "dimension": self.dimension}
+        elif self.task is None:
             held = {"layers": list(self.layers), "dtype": self.dtype, "hiddenSize": self.hidden_size}
         else:
             space = self.run_info.get("embeddingSpace")

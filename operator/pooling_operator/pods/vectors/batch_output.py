@@ -17,13 +17,13 @@ import json
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from functools import partial
 from pathlib import Path
 
 from pooling_operator.api.pooling_job_contract import (
     BATCH_OUTPUT,
     FAILED_LOG,
     MANIFEST,
+    OPENAI_BATCH,
     SUCCESS_MARKER,
     shard_folder,
 )
@@ -35,12 +35,18 @@ from pooling_operator.pods.vectors.openai_batch import (
     INVALID,
     dimension_mismatch,
     dumps,
+    envelope,
     error_line,
-    parse_request,
     request_of,
     success_line,
 )
 from pooling_operator.pods.vectors.parts import VectorEntry, parse_vector_entry
+from pooling_operator.pods.vectors.scoring import (
+    ScoringRequest,
+    check_scoring_request,
+    line_parser,
+    scoring_body,
+)
 
 
 def _floats(dtype: str, data: bytes) -> list[float]:
@@ -98,9 +104,11 @@ def _write(path: Path, chunks: Iterator[bytes], writer: str = "") -> None:
 
 
 def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Sequence[str], served: str,
-                created: int) -> Iterator[bytes]:  # fmt: skip
-    """The shard's output lines, in its input order."""
-    found = read_shard(dataset, shard, shards, parse=partial(parse_request, models=models), id_field="custom_id")
+                created: int, mode: str | None = None) -> Iterator[bytes]:  # fmt: skip
+    """The shard's output lines, in its input order; ``mode``: a scoring job's (its lines are /v1/rerank and
+    /v1/score requests, scoring.py)."""
+    parse, id_field = line_parser(OPENAI_BATCH, mode, models)
+    found = read_shard(dataset, shard, shards, parse=parse, id_field=id_field)
     invalid = {b.line: b for b in found.bad}
     requests = {s.line: s for s in found.samples}
     folder = output / shard_folder(shard)
@@ -128,8 +136,14 @@ def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Se
                 reason = failed.get(line, {}).get("reason") or "not answered"
                 yield dumps(error_line(line, sample.id, FAILED, reason))
                 continue
-            request = request_of(raw.rstrip(b"\r\n"), models)
             rows = parts.rows(entry)
+            if mode is not None:
+                scoring = check_scoring_request(json.loads(raw), models)
+                assert isinstance(scoring, ScoringRequest), scoring
+                body = scoring_body(scoring, line, [r[0] for r in rows], entry.tokens, served, created)
+                yield dumps(envelope(line, sample.id, body))
+                continue
+            request = request_of(raw.rstrip(b"\r\n"), models)
             mismatch = dimension_mismatch(request, len(rows[0]))
             if mismatch:
                 yield dumps(error_line(line, sample.id, INVALID, mismatch))
@@ -138,13 +152,13 @@ def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Se
 
 
 def write_shard_output(dataset: Path, output: Path, shard: int, shards: int, models: Sequence[str],
-                       served: str) -> int:  # fmt: skip
+                       served: str, mode: str | None = None) -> int:  # fmt: skip
     """Write ``shard-<I>/batch-output.jsonl``; its line count."""
     count = 0
 
     def counted() -> Iterator[bytes]:
         nonlocal count
-        for line in shard_lines(dataset, output, shard, shards, models, served, int(time.time())):
+        for line in shard_lines(dataset, output, shard, shards, models, served, int(time.time()), mode):
             count += 1
             yield line
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
 import sys
 from collections.abc import Sequence
@@ -21,10 +20,10 @@ from pooling_operator.api.hidden_state_contract import EXIT_USAGE
 from pooling_operator.api.pooling_job_contract import (
     DATASET_FORMATS,
     JSONL,
-    OPENAI_BATCH,
     OUTPUT_FORMATS,
     ROUTES,
     SAFETENSORS,
+    SCORING_MODES,
     VECTOR_DTYPES,
 )
 from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
@@ -44,6 +43,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative token ids, comma-separated: {text!r}")
+    return ids
+
+
 def _outputs(text: str) -> tuple[str, ...]:
     formats = tuple(x for x in text.split(",") if x)
     wrong = [x for x in formats if x not in OUTPUT_FORMATS]
@@ -58,6 +67,8 @@ def _shard_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", type=Path, required=True, help='the JSONL dataset: {"id", "text"} or {"id", "token_ids"}, '
                    "or an OpenAI Batch input file (--format openaiBatch)")
     p.add_argument("--format", choices=DATASET_FORMATS, default=JSONL, help="the dataset's format (default jsonl)")
+    p.add_argument("--mode", choices=SCORING_MODES, default=None,
+                   help="score instead of pool: each line a (query, documents) group or (text_1, text_2) pairs")
     p.add_argument("--model-name", action="append", default=[], metavar="NAME",
                    help="a name an OpenAI Batch line's body.model may give (repeatable; run's --model is one too)")
     p.add_argument("--progress-configmap", default="", help="ConfigMap for progress in $POD_NAMESPACE; empty: none")
@@ -73,7 +84,11 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--output", type=Path, required=True, help="the job's output folder")
     r.add_argument("--endpoint", required=True, help="vLLM's base URL")
     r.add_argument("--model", required=True, help="vLLM's served model name")
-    r.add_argument("--task", choices=tuple(ROUTES), required=True, help="the pooling task vLLM serves")
+    r.add_argument("--task", choices=tuple(ROUTES), default=None, help="the pooling task vLLM serves (or --mode)")
+    r.add_argument("--label-token-ids", type=_ids, default=(), metavar="ID,..", help="--mode generative: label_token_ids")
+    r.add_argument("--apply-softmax", action=argparse.BooleanOptionalAction, default=True,
+                   help="--mode generative: softmax over the labels only (default) or full-vocabulary probabilities")
+    r.add_argument("--item-first", action="store_true", help="--mode generative: the item before the query")
     r.add_argument("--batch-size", type=positive, required=True, help="inputs a request")
     r.add_argument("--dtype", choices=tuple(VECTOR_DTYPES), required=True, help="the vectors' dtype in the files")
     r.add_argument("--outputs", type=_outputs, default=(SAFETENSORS,), metavar="FORMAT,..",
@@ -104,7 +119,8 @@ def config_from(args: argparse.Namespace) -> PoolingConfig:
         budget_bytes=args.budget_bytes, concurrency=args.concurrency, max_attempts=args.max_attempts,
         retry_base_seconds=args.retry_base_seconds, health_timeout=args.health_timeout,
         request_timeout=args.request_timeout, progress_interval=args.progress_interval, format=args.format,
-        outputs=args.outputs, models=tuple(args.model_name),
+        outputs=args.outputs, models=tuple(args.model_name), mode=args.mode, labels=args.label_token_ids,
+        apply_softmax=args.apply_softmax, item_first=args.item_first,
     )  # fmt: skip
 
 
@@ -112,8 +128,16 @@ def _setup(args: argparse.Namespace) -> str | None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     if args.shard >= args.shards:
         return f"--shard {args.shard} is not below --shards {args.shards}"
+    if hasattr(args, "task") and (args.task is None) == (args.mode is None):
+        return "give exactly one of --task (pool each input) or --mode (score each line)"
     if getattr(args, "run_info", None) is not None and args.run_info.get("task") not in (None, args.task):
         return f"--task {args.task} differs from --run-info's task {args.run_info.get('task')!r}"
+    if getattr(args, "run_info", None) is not None and args.run_info.get("mode") not in (None, args.mode):
+        return f"--mode {args.mode} differs from --run-info's mode {args.run_info.get('mode')!r}"
+    if getattr(args, "label_token_ids", ()) and args.mode != "generative":
+        return "--label-token-ids is for --mode generative"
+    if getattr(args, "mode", None) == "generative" and not args.label_token_ids:
+        return "--mode generative needs --label-token-ids"
     return None
 
 
@@ -140,12 +164,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     async def go(sink: Sink | None) -> int:
         from pooling_operator.pods.vectors.driver import preflight
-        from pooling_operator.pods.vectors.openai_batch import parse_request
+        from pooling_operator.pods.vectors.scoring import line_parser
 
-        parse = (functools.partial(parse_request, models=tuple(args.model_name)) if args.format == OPENAI_BATCH
-                 else None)
-        return await preflight(args.dataset, args.shard, args.shards, sink, parse,
-                               "custom_id" if parse is not None else "id")
+        parse, id_field = line_parser(args.format, args.mode, tuple(args.model_name))
+        return await preflight(args.dataset, args.shard, args.shards, sink, parse, id_field)
 
     return asyncio.run(reporting(args.progress_configmap, args.shard, "the PoolingJob driver", go))
 

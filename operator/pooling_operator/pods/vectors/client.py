@@ -1,4 +1,5 @@
-"""The PoolingJob driver's side of vLLM's pooling API: one batch of inputs -> their vectors, as raw bytes.
+"""The PoolingJob driver's side of vLLM's pooling API: one batch of inputs -> their vectors, as raw bytes; and a
+scoring job's (``ScoringClient``): one line's documents -> their scores.
 
 ``embed`` goes to ``/v1/embeddings``, the other tasks to ``/pooling`` (which also gets ``task``, so that a
 vLLM pooling for another task refuses rather than answering with other vectors). The body asks for
@@ -28,6 +29,8 @@ from typing import Any
 
 from pooling_operator.api.pooling_job_contract import ROUTES, TOKEN_TASKS, VECTOR_BYTES
 from pooling_operator.pods.shard.client import Permanent, Transient, VllmClient, error_message
+from pooling_operator.pods.shard.dataset import Sample
+from pooling_operator.pods.vectors.scoring import pack, request_body, scores_of
 
 METADATA_HEADER = "metadata"
 # aiohttp refuses a response header line longer than 8190 bytes by default; vLLM's metadata header takes
@@ -156,3 +159,35 @@ class PoolingClient(VllmClient):
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         assert dim is not None  # inputs are never empty
         return Vectors(data, tuple(rows), dim, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
+
+
+# A scoring line's request fields it cannot change: vLLM refusing one of them means the job is misconfigured.
+SCORING_CONFIG_PARAMS = CONFIG_PARAMS | {"label_token_ids", "apply_softmax", "item_first"}
+
+
+class ScoringClient(VllmClient):
+    """A scoring job's side of vLLM: one line (a query and its documents) -> its scores, one row each (score.py's
+    request and answer)."""
+
+    def __init__(self, endpoint: str, model: str, *, concurrency: int, request_timeout: float,
+                 labels: Sequence[int] = (), apply_softmax: bool = True, item_first: bool = False) -> None:
+        super().__init__(endpoint, model, concurrency=concurrency, request_timeout=request_timeout)
+        self.labels, self.apply_softmax, self.item_first = tuple(labels), apply_softmax, item_first
+        self.route = "/rerank, /score or /generative_scoring"
+
+    async def score(self, sample: Sample) -> Vectors:
+        """The scores of ``sample``'s documents, in their order, as a one-column tensor's rows."""
+        path, body = request_body(sample, self.model, self.labels, self.apply_softmax, self.item_first)
+        status, data, _ = await self._send(path, body)
+        if status != 200:
+            message = error_message(status, data)
+            if status in (408, 429) or (status >= 500 and status != 501):
+                raise Transient(message, server_down=status == 503)
+            if status in (400, 422) and _param(data) not in SCORING_CONFIG_PARAMS:
+                raise Refused(message)
+            raise Misconfigured(f"{path}: {message}")
+        try:
+            scores, tokens = scores_of(path, json.loads(data), len(sample.inputs or ()))
+        except ValueError as exc:  # not JSON, or not one score a document: never written
+            raise Transient(str(exc) if not isinstance(exc, json.JSONDecodeError) else f"{path} answered no JSON") from exc
+        return Vectors(pack(scores), (len(scores),), 1, tokens)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -65,8 +64,7 @@ from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
 from pooling_operator.pods.shard.record import RunRecord
 from pooling_operator.pods.shard.run import ShardFailed, ShardRun
 from pooling_operator.pods.vectors.batch_output import merge_if_done, write_shard_output
-from pooling_operator.pods.vectors.client import Misconfigured, PoolingClient, Refused, Vectors
-from pooling_operator.pods.vectors.openai_batch import parse_request
+from pooling_operator.pods.vectors.client import Misconfigured, PoolingClient, Refused, ScoringClient, Vectors
 from pooling_operator.pods.vectors.parts import (
     PartLines,
     VectorEntry,
@@ -74,6 +72,7 @@ from pooling_operator.pods.vectors.parts import (
     resume_vectors,
     write_part,
 )
+from pooling_operator.pods.vectors.scoring import line_parser
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class PoolingConfig:
     output: Path
     endpoint: str
     model: str
-    task: str  # embed, classify, token_embed or token_classify
+    task: str | None  # embed, classify, token_embed or token_classify; None for a scoring job
     batch_size: int
     dtype: str  # the vector dtype: float32, float16 or bfloat16
     run_info: dict[str, Any] | None = None  # the operator's --run-info: model, revision, image, command, embeddingSpace
@@ -101,6 +100,10 @@ class PoolingConfig:
     format: str = "jsonl"  # the dataset: jsonl or openaiBatch
     outputs: tuple[str, ...] = ("safetensors",)  # safetensors and/or openaiBatch
     models: tuple[str, ...] = ()  # the names an OpenAI Batch line's body.model may give (besides `model`)
+    mode: str | None = None  # a scoring job's (crossEncoder, biEncoder, lateInteraction, generative), instead of task
+    labels: tuple[int, ...] = ()  # mode generative: label_token_ids
+    apply_softmax: bool = True  # mode generative
+    item_first: bool = False  # mode generative
 
 
 def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
@@ -143,7 +146,7 @@ class PoolingDriver(ShardRun):
 
     def __init__(self, config: PoolingConfig, sink: Sink | None = None) -> None:
         record = RunRecord(config.shard, config.shards, (), dict(config.run_info or {}), dtype=config.dtype,
-                           task=config.task)  # fmt: skip
+                           task=config.task, mode=config.mode)  # fmt: skip
         super().__init__(config, sink, record, threads="pooling-io")
         self.st_dtype = VECTOR_DTYPES[config.dtype]
         self.dim: int | None = None  # the vectors' dimension: from the kept parts or the first answer
@@ -154,10 +157,18 @@ class PoolingDriver(ShardRun):
         return self.config.format == OPENAI_BATCH
 
     @property
+    def scoring(self) -> bool:
+        return self.config.mode is not None
+
+    @property
+    def one_request_a_line(self) -> bool:
+        """Each line is one request to vLLM (an OpenAI Batch line, a scoring line), not an input of a batch."""
+        return self.batch_file or self.scoring
+
+    @property
     def parser(self) -> tuple[Parser | None, str]:
-        if not self.batch_file:
-            return None, "id"
-        return functools.partial(parse_request, models=(self.config.model, *self.config.models)), "custom_id"
+        c = self.config
+        return line_parser(c.format, c.mode, (c.model, *c.models))
 
     def _loaded(self, shard: Shard) -> None:
         super()._loaded(shard)
@@ -191,15 +202,20 @@ class PoolingDriver(ShardRun):
         )
         budget = Budget(c.budget_bytes, resumed.bytes)
 
-        def connect() -> PoolingClient:
-            # a batch of OpenAI Batch lines is up to batch_size requests in flight at once
-            in_flight = c.concurrency * (c.batch_size if self.batch_file else 1)
+        def connect() -> PoolingClient | ScoringClient:
+            # a batch of lines (OpenAI Batch, scoring) is up to batch_size requests in flight at once
+            in_flight = c.concurrency * (c.batch_size if self.one_request_a_line else 1)
+            if self.scoring:
+                return ScoringClient(c.endpoint, c.model, concurrency=in_flight, request_timeout=c.request_timeout,
+                                     labels=c.labels, apply_softmax=c.apply_softmax, item_first=c.item_first)  # fmt: skip
+            assert c.task is not None
             return PoolingClient(c.endpoint, c.model, task=c.task, dtype=c.dtype, batch_size=c.batch_size,
                                  concurrency=in_flight, request_timeout=c.request_timeout)  # fmt: skip
 
-        def started(client: PoolingClient) -> None:
-            log.info("Sending %d inputs of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
-                     self.name, c.endpoint, client.route, c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
+        def started(client: PoolingClient | ScoringClient) -> None:
+            log.info("Sending %d %s of %s to %s%s (%s, %s), %d a batch, %d batches in flight", len(todo),
+                     "lines" if self.one_request_a_line else "inputs", self.name, c.endpoint, client.route,
+                     c.mode or c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
 
         await self._serve(shard, todo, budget, connect, self._process, started)
         state = await self._finished(shard, budget, resumed_count)
@@ -211,7 +227,7 @@ class PoolingDriver(ShardRun):
         """This shard's lines of the OpenAI Batch output file; then the whole file if every shard is done."""
         c = self.config
         models = (c.model, *c.models)
-        lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, models, c.model)
+        lines = write_shard_output(c.dataset, c.output, c.shard, c.shards, models, c.model, c.mode)
         log.info("Wrote %s's %d lines of the OpenAI Batch output file", self.name, lines)
         try:
             merged = merge_if_done(c.dataset, c.output, c.shards, keep_parts="safetensors" in c.outputs,
@@ -222,12 +238,12 @@ class PoolingDriver(ShardRun):
         if merged is not None:
             log.info("Every shard is done: wrote %s (%d lines, input order)", merged[0], merged[1])
 
-    async def _process(self, todo: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
+    async def _process(self, todo: list[Sample], client: PoolingClient | ScoringClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:
-        one = self._lines if self.batch_file else self._batch
-        work = (line_batches if self.batch_file else batches)(todo, self.config.batch_size)
-        # a Batch line with more inputs than batchSize is a batch of its own: up to one batch per line
-        count = len(todo) if self.batch_file else -(-len(todo) // self.config.batch_size)
+        one = self._lines if self.one_request_a_line else self._batch
+        work = (line_batches if self.one_request_a_line else batches)(todo, self.config.batch_size)
+        # a line with more inputs than batchSize is a batch of its own: up to one batch per line
+        count = len(todo) if self.one_request_a_line else -(-len(todo) // self.config.batch_size)
 
         async def worker() -> None:
             # One shared iterator: each worker takes the next batch when it is free (bounded concurrency).
@@ -277,7 +293,7 @@ class PoolingDriver(ShardRun):
         for sample in batch:
             self._fail(failed, sample, f"gave up after {c.max_attempts} attempts: {last}")
 
-    async def _lines(self, batch: list[Sample], client: PoolingClient, manifest: ManifestWriter, failed: FailedLog,
+    async def _lines(self, batch: list[Sample], client: PoolingClient | ScoringClient, manifest: ManifestWriter, failed: FailedLog,
                      budget: Budget) -> None:  # fmt: skip
         """OpenAI Batch lines: each one request, all in flight at once; the answered ones into one part file."""
         answers: list[Vectors | str | None] = list(await asyncio.gather(*(self._line(s, client) for s in batch)))
@@ -302,7 +318,7 @@ class PoolingDriver(ShardRun):
         await self._gate()
         return self.full is None
 
-    async def _line(self, sample: Sample, client: PoolingClient) -> Vectors | str | None:
+    async def _line(self, sample: Sample, client: PoolingClient | ScoringClient) -> Vectors | str | None:
         """One line's answer, why it has none (vLLM refused it, or every attempt failed), or None once the volume
         is full (not a failure of the line: the next run sends it again, as it does a batch's)."""
         c = self.config
@@ -311,6 +327,8 @@ class PoolingDriver(ShardRun):
             if not await self._ready_for(attempt):
                 return None
             try:
+                if isinstance(client, ScoringClient):
+                    return await client.score(sample)
                 vectors = await client.encode(list(sample.inputs or ()), self.dim)
                 if self.dim is not None and vectors.dim != self.dim:
                     raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
@@ -344,7 +362,8 @@ class PoolingDriver(ShardRun):
             log.info("%s: the vectors have %d dimensions (%s)", self.name, vectors.dim, self.config.dtype)
             with contextlib.suppress(OSError):
                 await self._io(self._write_record)
-        header = part_header(self.st_dtype, sum(vectors.rows), vectors.dim, {"task": self.config.task})
+        what = {"mode": self.config.mode} if self.config.mode else {"task": str(self.config.task)}
+        header = part_header(self.st_dtype, sum(vectors.rows), vectors.dim, what)
         size = len(header) + len(vectors.data)
         if not budget.try_reserve(size):
             log.info("Did not write the batch of %d inputs from %s of %s: its %s would exceed the budget", len(batch),

@@ -159,10 +159,14 @@ def success_line(request: Request, line: int, vectors: Sequence[Sequence[float]]
         "data": [{"index": i, "object": "embedding", "embedding": e} for i, e in enumerate(data)],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
+    return envelope(line, request.custom_id, body)
+
+
+def envelope(line: int, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The output line of an answered request, around the body vLLM answered it with."""
     return {
-        "id": _id("vllm-", line, request.custom_id, "line"), "custom_id": request.custom_id,
-        "response": {"status_code": 200, "request_id": _id("vllm-batch-", line, request.custom_id, "request"),
-                     "body": body},
+        "id": _id("vllm-", line, custom_id, "line"), "custom_id": custom_id,
+        "response": {"status_code": 200, "request_id": _id("vllm-batch-", line, custom_id, "request"), "body": body},
         "error": None,
     }
 
