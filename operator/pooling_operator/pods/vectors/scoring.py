@@ -232,5 +232,5 @@ def scoring_body(request: ScoringRequest, line: int, scores: Sequence[float], to
         "id": _id("score-", line, request.custom_id, "body"), "object": "list", "created": created, "model": name,
         "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
-                  "prompt_tokens_details": None},
+                  "prompt_tokens_details": None, "completion_tokens_details": None},
     }  # fmt: skip
