@@ -34,6 +34,7 @@ BREAKS: dict[str, dict[str, Any]] = {
         "secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "metadata.name"}}}]}}),
     M.MIN_LE_MAX_REPLICAS: pooling({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}),
     M.MIN_REPLICAS_ZERO: pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
+    M.SCALE_TO_ZERO_NEEDS_MIN_ZERO: pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 600}}}),
     M.POOLING_TYPE_FOR_TASK: pooling({"pooling": {"type": "ALL"}}),
     M.MATRYOSHKA_DIMENSIONS: pooling({**MATRYOSHKA, "pooling": {"dimensions": 64}}),
     M.DIMENSIONS_EMBEDDING_ONLY: pooling({**MATRYOSHKA, "task": "classify", "pooling": {"dimensions": 128}}),

@@ -12,7 +12,16 @@ import yaml
 
 from e2e.kube.controlplane import ControlPlane
 from pooling_operator.api import messages as M
-from tests.factories import generative, hidden_states, merge, policy, pooling, pooling_job, scoring, scoring_job
+from tests.factories import (
+    generative,
+    hidden_states,
+    merge,
+    policy,
+    pooling,
+    pooling_job,
+    scoring,
+    scoring_job,
+)
 
 MATRYOSHKA = {"model": {"matryoshkaDimensions": [256, 128]}}
 
@@ -101,6 +110,11 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     ("policy backends", policy({"allowedBackends": []}), ["spec.allowedBackends", "at least one backend"]),
     ("job task and mode", scoring_job({"task": "embed"}), ["spec.task", M.JOB_TASK_OR_MODE]),
+    (
+        "scale to zero without min 0",
+        pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 600}}}),
+        ["spec.autoscaling.scaleToZero", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO],
+    ),
     ("scoring job space", scoring_job({"embeddingSpace": "v1"}), ["spec.embeddingSpace", M.SCORING_JOB_NO_SPACE]),
     ("scoring job pooling", scoring_job({"pooling": {"type": "CLS"}}), ["spec.pooling", M.POOLING_BIENCODER_ONLY]),
     (
@@ -131,8 +145,10 @@ def test_api_server_rejects(
 
 
 def test_valid_factories_are_admitted(cluster: ControlPlane, crds: list[str], namespace: str) -> None:
+    woken = pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 600},
+                                     "wake": {"prometheus": {"query": "sum(interceptor_request_concurrency)"}}}})
     for obj in (pooling(), scoring(), generative(), hidden_states(), policy(name="admission-ok"), pooling_job(),
-                scoring_job()):
+                scoring_job(), woken):
         res = dry_run(cluster, obj, namespace)
         assert res.returncode == 0, res.stderr
 

@@ -23,6 +23,7 @@ from e2e.kube.controlplane import ControlPlane
 from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
+from e2e.standin.front import StandinFront
 from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
 from e2e.tests.operator.test_services import _resyncs, apply, cond, events, get, operator_writes, path, svc
 from pooling_operator.vllm.metrics import WAITING, matchers
@@ -390,3 +391,56 @@ def test_an_idle_autoscaled_service_is_quiet(
                  timeout=60, what="a reconcile and four decisions")
         assert operator_writes(operator) == before
         assert len(events(cluster, namespace, "emb")) == posted
+
+
+def test_an_idle_service_goes_to_zero_stays_there_and_the_fronts_demand_wakes_it(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    """minReplicas 0 with a wake query on a stand-in of the KEDA HTTP add-on's interceptor (its request-concurrency
+    gauge, exported into the real Prometheus): idle for its 30 s the service goes 1 -> 0, decides to stay at 0
+    while the front holds nothing, and 0 -> 1 once the front holds requests; conditions, events and
+    status.autoscaling.scaledToZero say each step."""
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=0)
+    with StandinFront(prometheus, namespace, "zero") as front:
+        front.set(0)
+        apply(cluster, autoscaled(namespace, "zero", policy(), minReplicas=0, wake={"prometheus": {"query": front.query}},
+                                  scaleToZero={"idleSeconds": 30}))  # fmt: skip
+        with fleet(cluster, prometheus, namespace, "zero", load):
+            wait_for(lambda: metrics_flowing(cluster, namespace, "zero"), timeout=60, what="MetricsAvailable=True")
+            serving = cond(status(cluster, namespace, "zero"), "ScaledToZero")
+            assert (serving.get("status"), serving.get("reason")) == ("False", "Serving"), serving
+            up = time.monotonic()
+            wait_for(lambda: replicas(cluster, namespace, "zero") == 0, timeout=90, what="0 replicas after the idle time")
+            idle_for = time.monotonic() - up
+            assert idle_for >= 30 - 2 * AUTOSCALE_SECONDS, idle_for  # never before the idle time
+
+            def at_zero(reason: str) -> dict[str, Any] | None:
+                obj = status(cluster, namespace, "zero")
+                return obj if cond(obj, "ScaledToZero").get("reason") == reason and cond(obj, "ScaledToZero")["status"] == "True" else None
+
+            obj = wait_for(lambda: at_zero("Idle"), timeout=20, what="ScaledToZero=True Idle")
+            a = obj["status"]["autoscaling"]
+            assert a["scaledToZero"]["since"] and "idle for" in a["reason"], a
+            assert cond(obj, "Ready")["reason"] == "ScaledToZero"
+            # a decision taken at zero with no demand: it stays (the wake query reads 0)
+            stayed = wait_for(lambda: (o := status(cluster, namespace, "zero")) and "no demand" in
+                              (o["status"]["autoscaling"].get("reason") or "") and o, timeout=20, what="a decision at zero")  # fmt: skip
+            assert replicas(cluster, namespace, "zero") == 0 and stayed["status"]["autoscaling"]["desiredReplicas"] == 0
+
+            woke = time.monotonic()
+            front.set(3)  # three requests held at the front
+            wait_for(lambda: replicas(cluster, namespace, "zero") == 1, timeout=30, what="one replica on the front's demand")
+            print(f"\nscale to zero: idle -> 0 in {idle_for:.1f} s; demand -> 1 replica in {time.monotonic() - woke:.1f} s")
+
+            def first_ready() -> dict[str, Any] | None:
+                obj = status(cluster, namespace, "zero")
+                wake = ((obj.get("status") or {}).get("autoscaling") or {}).get("scaledToZero", {}).get("lastWake") or {}
+                return obj if "firstReadySeconds" in wake else None
+
+            obj = wait_for(first_ready, timeout=60, what="the woken replica Ready, and status saying how long it took")
+            wake = obj["status"]["autoscaling"]["scaledToZero"]["lastWake"]
+            assert wake["by"] == "the wake query read 3" and wake["firstReadySeconds"] >= 8 - AUTOSCALE_SECONDS, wake
+            assert cond(obj, "ScaledToZero")["status"] == "False"
+            reasons = [e["reason"] for e in events(cluster, namespace, "zero")]
+            assert "ScaledDown" in reasons and "ScaledUp" in reasons and "Idle" in reasons, reasons

@@ -17,8 +17,10 @@ def autoscaling_problems(
 ) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_LE_MAX_REPLICAS)
-    if a.min_replicas < 1 and a.backend != "keda":
+    if a.min_replicas < 1 and a.backend != "keda" and a.wake is None:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_REPLICAS_ZERO)
+    if a.scale_to_zero is not None and a.min_replicas != 0:
+        yield Problem("spec.autoscaling.scaleToZero", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO)
     if a.p99_latency is not None and not 0 < duration_seconds(a.p99_latency) <= 3600:
         yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
     if policies is None:

@@ -82,6 +82,38 @@ class PolicyRef(Spec):
 
 
 
+class PrometheusWakeSpec(Spec):
+    """Demand for the service read from Prometheus: a series that exists while no pod of the service runs."""
+
+    query: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="PromQL whose value is the demand waiting for or arriving at this service, read while it has "
+        "no replica (and, at its replicas' idle time, as requests still pending): the KEDA HTTP add-on "
+        "interceptor's pending requests for its host, an ingress or gateway's request rate for the route, a "
+        "queue's length. A value above 0 wakes the service; no series reads as 0; Prometheus unreachable holds.",
+    )
+
+
+class WakeSpec(Spec):
+    """The demand signal that outlives the pods (vLLM's own metrics vanish with the last one)."""
+
+    prometheus: PrometheusWakeSpec = Field(description=PrometheusWakeSpec.__doc__)
+
+
+class ScaleToZeroSpec(Spec):
+    """When an idle service gives up its last replica."""
+
+    idle_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=7 * 86400,
+        description="Seconds without a completed request, a waiting one or wake demand before the last replica "
+        "goes. Default: ten of the service's start-ups (status.startup.typicalSeconds), at least 300 s: the next "
+        "request pays one start-up, so zero must save many.",
+    )
+
+
 class AutoscalingSpec(Spec):
     """Scale on what users feel: requests in the system and arrivals against the learned capacity of a
     replica, queue depth and p99 latency, read from Prometheus. Deployment replicas are then owned by the
@@ -91,15 +123,20 @@ class AutoscalingSpec(Spec):
         json_schema_extra=validations(
             cel("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas", M.MIN_LE_MAX_REPLICAS, ".minReplicas"),
             cel(
-                "!has(self.minReplicas) || self.minReplicas >= 1 || (has(self.backend) && self.backend == 'keda')",
+                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || "
+                "(has(self.backend) && self.backend == 'keda')",
                 M.MIN_REPLICAS_ZERO,
                 ".minReplicas",
             ),
+            cel("!has(self.scaleToZero) || (has(self.minReplicas) && self.minReplicas == 0)", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO,
+                ".scaleToZero"),
         )
     )
 
     min_replicas: int = Field(
-        default=1, ge=0, le=1000, description="Fewest replicas. Default 1; 0 only with backend keda."
+        default=1, ge=0, le=1000,
+        description="Fewest replicas. Default 1; 0 with a wake signal (wake.prometheus.query), or with backend keda "
+        "and an external trigger.",
     )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
     queue_depth_per_replica: int | None = Field(
@@ -131,6 +168,8 @@ class AutoscalingSpec(Spec):
         default="operator",
         description="operator (the built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
     )
+    wake: WakeSpec | None = Field(default=None, description=WakeSpec.__doc__ + " Needed for minReplicas 0.")
+    scale_to_zero: ScaleToZeroSpec | None = Field(default=None, description=ScaleToZeroSpec.__doc__ + " minReplicas 0 only.")
 
 
 class ServiceSpec(Spec):
@@ -386,6 +425,27 @@ class EmbeddingSpaceStatus(Spec):
     fingerprint: str | None = Field(default=None, description="sha256 of everything that changes the vectors.")
 
 
+class WakeStatus(Spec):
+    """The last wake from zero."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    at: str | None = Field(default=None, description="When the autoscaler asked for a replica again.")
+    by: str | None = Field(default=None, description="What woke it (the wake query's value).")
+    first_ready_seconds: float | None = Field(
+        default=None, description="Seconds from the wake to the first Ready replica, at the autoscaler's period."
+    )
+
+
+class ScaledToZeroStatus(Spec):
+    """A service with minReplicas 0: when it went to zero and what woke it last (condition ScaledToZero: at zero now)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    since: str | None = Field(default=None, description="When the service last went to zero replicas.")
+    last_wake: WakeStatus | None = Field(default=None, description=WakeStatus.__doc__)
+
+
 class AutoscalingStatus(Spec):
     """The autoscaler's last decision and the signals it read (observed values)."""
 
@@ -410,6 +470,7 @@ class AutoscalingStatus(Spec):
         default=None, description="Replicas each signal recommended; the largest wins."
     )
     last_scale_time: str | None = Field(default=None, description="When the autoscaler last changed replicas.")
+    scaled_to_zero: ScaledToZeroStatus | None = Field(default=None, description=ScaledToZeroStatus.__doc__)
     reason: str | None = Field(default=None, description="Why the last decision was taken.")
 
 

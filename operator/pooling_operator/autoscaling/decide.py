@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pooling_operator.api.policy import STEP_PERIOD_SECONDS
 from pooling_operator.api.policy import AutoscalingTargets as Targets
@@ -58,6 +59,9 @@ from pooling_operator.status.conditions import (
     QUERIES_ANSWERED,
     WITHIN_BOUNDS,
 )
+
+if TYPE_CHECKING:
+    from pooling_operator.autoscaling.zero import ZeroOutcome
 
 PERIOD_SECONDS = 15  # how often the operator decides (the HPA sync period)
 TARGET_UTILIZATION = 0.8  # share of the learned capacity a replica is planned to run at
@@ -166,6 +170,7 @@ class Decision:
     limited_message: str
     recommendations: dict[str, int] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)  # arrivalRate, capacityPerReplica, ...
+    zero: ZeroOutcome | None = None  # a service with minReplicas 0: what zero.py said (status, condition)
 
 
 MAX_RECOMMENDATION = 1_000_000  # far above any bound; keeps a ratio over a vanishing capacity finite

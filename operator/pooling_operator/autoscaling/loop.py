@@ -15,7 +15,7 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
@@ -37,9 +37,10 @@ from pooling_operator.autoscaling.decide import (
     State,
     decide,
 )
-from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader
+from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader, QueryFailed
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
+from pooling_operator.autoscaling.zero import ZeroState, at_zero, idle_bound, to_zero_or_back, with_zero
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
@@ -92,8 +93,16 @@ class Tracked:
     targets: AutoscalingTargets
     queries: Queries
     decides: bool  # backend operator; keda services only count towards the GPU budget
+    wake_query: str | None = None  # autoscaling.wake.prometheus.query: set where minReplicas is 0
+    idle_seconds: int | None = None  # autoscaling.scaleToZero.idleSeconds
     state: State = field(default_factory=State)
+    zero: ZeroState = field(default_factory=ZeroState)
     last_scale_time: str | None = None
+
+    @property
+    def may_zero(self) -> bool:
+        """minReplicas 0 with a wake signal, decided here (zero.py)."""
+        return self.decides and self.targets.min_replicas == 0 and self.wake_query is not None
 
 
 def observed(body: dict[str, Any], current: int, ready: int, unschedulable: str | None) -> Observed:
@@ -112,6 +121,8 @@ class Read:
     ready: int
     unschedulable: str | None
     signals: Signals | None
+    wake: float | None = None  # the wake query's value (a service that may go to zero)
+    wake_error: str | None = None
 
 
 class Autoscaler:
@@ -147,6 +158,8 @@ class Autoscaler:
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
             "gpus": gpus_held(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
+            "wake_query": a.wake.prometheus.query if a.wake is not None else None,
+            "idle_seconds": a.scale_to_zero.idle_seconds if a.scale_to_zero is not None else None,
         }
         before = self.services.get(resource.metadata.uid)
         if before is not None:
@@ -232,8 +245,23 @@ class Autoscaler:
 
     def _decide(self, r: Read, now: float, budget: Budget | None) -> Decision:
         assert r.signals is not None
-        return decide(now, r.signals, observed(r.body, r.current, r.ready, r.unschedulable), r.service.targets,
-                      r.service.state, budget=budget)
+        s = r.service
+        seen = observed(r.body, r.current, r.ready, r.unschedulable)
+        if not s.may_zero:
+            return decide(now, r.signals, seen, s.targets, s.state, budget=budget)
+        # minReplicas 0: the decision keeps at least one replica; zero.py says when to go to zero and back
+        outcome = to_zero_or_back(
+            now, rfc3339(), r.current, r.ready, completions=r.signals.completions, waiting=r.signals.waiting,
+            in_system=r.signals.in_system, wake=r.wake, wake_error=r.wake_error,
+            bound=idle_bound(s.idle_seconds, seen.startup_seconds), state=s.zero,
+        )  # fmt: skip
+        if r.current == 0:  # no replica, no vLLM series: the wake query alone decides
+            d = at_zero(outcome, s.state, r.signals)
+        else:
+            d = decide(now, r.signals, seen, replace(s.targets, min_replicas=1), s.state, budget=budget)
+            if outcome.desired is not None:
+                d = replace(d, desired=outcome.desired, reason=outcome.reason)
+        return with_zero(d, outcome)
 
     def _owner(self, deployment: dict[str, Any]) -> dict[str, Any] | None:
         key = owning_key(deployment)
@@ -257,24 +285,38 @@ class Autoscaler:
         pods = self.cache.pods_of((s.kind, s.namespace, s.name))
         placement = placement_problem(deployment, pods)
         signals = await self._signals(s) if s.decides else None
+        wake, wake_error = await self._wake(s) if s.may_zero else (None, None)
         return Read(
             service=s, body=body, current=int(deployment["spec"].get("replicas", 1)),
             ready=int((deployment.get("status") or {}).get("readyReplicas", 0)),
-            unschedulable=placement.message if placement else None, signals=signals,
+            unschedulable=placement.message if placement else None, signals=signals, wake=wake, wake_error=wake_error,
         )
+
+    async def _wake(self, s: Tracked) -> tuple[float | None, str | None]:
+        """The wake query's value, or why it has none."""
+        assert s.wake_query is not None
+        try:
+            reader = await self._reader(s)
+            return await reader.total(s.wake_query), None
+        except (ApiError, QueryFailed) as exc:
+            return None, str(exc)
 
     async def _signals(self, s: Tracked) -> Signals:
         try:
-            endpoint = await self._endpoint(s.targets.prometheus or self.default_prometheus)
+            reader = await self._reader(s)
         except ApiError as exc:
             return Signals(unreachable=f"cannot read the policy's Prometheus credentials: {exc}", queries=s.queries.named())
+        return await reader.read(s.queries)
+
+    async def _reader(self, s: Tracked) -> PrometheusReader:
+        endpoint = await self._endpoint(s.targets.prometheus or self.default_prometheus)
         key = (endpoint.url, endpoint.ca_pem)
         reader = self._readers.get(key)
         if reader is None or reader.endpoint != endpoint:
             if reader is not None:
                 await reader.close()  # a rotated token or a new timeout: one session per Prometheus
             reader = self._readers[key] = PrometheusReader(endpoint)
-        return await reader.read(s.queries)
+        return reader
 
     async def _endpoint(self, spec: PrometheusSpec) -> Endpoint:
         async def secret(ref: Any) -> str | None:
@@ -301,6 +343,8 @@ class Autoscaler:
         if not await self.leading():
             return  # the Lease went while this decision was being taken: another replica acts now
         s.state = d.state
+        if d.zero is not None:
+            s.zero = d.zero.state
         if d.desired != r.current:
             await write_scale(self.kube, r.body, r.current, d)
             s.last_scale_time = rfc3339()

@@ -63,6 +63,17 @@ class PrometheusReader:
     async def query(self, promql: str) -> float | None:
         """An instant query's value: None when no series came back, NaN kept as NaN. A query must return at
         most one series (every query of the table aggregates)."""
+        result = await self._result(promql)
+        if not result:
+            return None
+        return float(result[0]["value"][1])
+
+    async def total(self, promql: str) -> float:
+        """A user's query (a service's wake query): the sum over the series it returns, 0 for none, NaN as 0."""
+        values = [float(r["value"][1]) for r in await self._result(promql)]
+        return sum(v for v in values if v == v)
+
+    async def _result(self, promql: str) -> list[Any]:
         url = self.endpoint.url.rstrip("/") + "/api/v1/query"
         try:
             async with self._client().get(url, params={"query": promql}) as response:
@@ -80,10 +91,10 @@ class PrometheusReader:
             raise QueryFailed(f"{type(exc).__name__} from {url}: {exc}") from exc
         if body.get("status") != "success":
             raise QueryFailed(f"{body.get('errorType', 'error')}: {body.get('error', body)}")
-        result = body.get("data", {}).get("result") or []
-        if not result:
-            return None
-        return float(result[0]["value"][1])
+        data = body.get("data", {})
+        if data.get("resultType") not in (None, "vector"):
+            raise QueryFailed(f"the query returns a {data.get('resultType')}, not an instant vector")
+        return list(data.get("result") or [])
 
     async def read(self, queries: Queries) -> Signals:
         """Every signal of one service, queried concurrently."""

@@ -30,15 +30,22 @@ def autoscaling_status(decision: Decision, current: int, ready: int, last_scale_
         out["recommendations"] = dict(sorted(decision.recommendations.items()))
     if last_scale_time:
         out["lastScaleTime"] = last_scale_time
+    if decision.zero is not None and decision.zero.status:
+        out["scaledToZero"] = decision.zero.status
     out["reason"] = decision.reason
     return out
 
 
 def decision_conditions(decision: Decision, generation: int | None) -> list[dict[str, Any]]:
-    return [
+    out = [
         C.condition(C.METRICS_AVAILABLE, decision.metrics_available, decision.metrics_reason, decision.metrics_message, generation),
         C.condition(C.SCALING_LIMITED, decision.limited, decision.limited_reason, decision.limited_message, generation),
     ]
+    z = decision.zero
+    if z is not None:  # minReplicas 0: whether the service is at zero, and why
+        message = z.reason or ("replicas serve; the service goes to 0 after its idle time" if not z.at_zero else "")
+        out.append(C.condition(C.SCALED_TO_ZERO_TYPE, z.at_zero, z.condition_reason, message, generation))
+    return out
 
 
 def _same(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -178,6 +178,21 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
             }
         )
 
+    if a.wake is not None:
+        # vLLM's series vanish with the last pod: the wake query is the trigger that can take the service off zero
+        # (KEDA activates a ScaledObject when a trigger's value is above its activationThreshold) and that, while
+        # replicas run, counts the demand still pending at the front like the waiting gauge.
+        triggers.append(
+            {
+                "type": "prometheus",
+                "name": "wake",
+                "metricType": "AverageValue",
+                "metadata": {"serverAddress": url, "query": a.wake.prometheus.query,
+                             "threshold": str(t.queue_per_replica), "activationThreshold": "0",
+                             "ignoreNullValues": "true"},
+            }
+        )  # fmt: skip
+
     def behavior(window: int, step: int, doubling: bool = False) -> dict[str, Any]:
         policies: list[dict[str, Any]] = [{"type": "Pods", "value": step, "periodSeconds": STEP_PERIOD_SECONDS}]
         if doubling:  # scaleUp.maxStep unset: four replicas or 100 %, whichever is more (the HPA's default)
@@ -203,6 +218,9 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
                 }
             },
             "triggers": triggers,
+            # KEDA's idle time before zero: scaleToZero.idleSeconds where set, else KEDA's default (300 s)
+            **({"cooldownPeriod": a.scale_to_zero.idle_seconds}
+               if a.scale_to_zero is not None and a.scale_to_zero.idle_seconds is not None else {}),
         },
     }
 

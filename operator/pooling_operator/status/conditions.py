@@ -15,6 +15,7 @@ the other's entries.
 | Degraded | pods crash-loop or cannot be created or placed (at once, with the controller's or scheduler's reason), or fewer replicas than desired are ready for longer than the startup budget | status/ (reconcile) | services |
 | MetricsAvailable | the autoscaler's queries return data | autoscaling/ | services with backend operator |
 | ScalingLimited | a bound (min, max, policy cap, GPU budget, unplaceable pods) stops the desired replica count | autoscaling/ | services with backend operator |
+| ScaledToZero | the service has no replica: idle past its idle time (reason Idle), or held at 0 while its wake query cannot be read (HeldAtZero); False: Serving, or Woken by demand | autoscaling/zero.py | services with minReplicas 0 and backend operator |
 | Succeeded / Failed | every shard wrote _SUCCESS / a shard exhausted its retries or the budget | status/ (reconcile) | jobs |
 | Queued | a job with spec.queue waits for Kueue to admit it (again); False once admitted | status/ (reconcile), from the Job and Kueue's Workload | jobs with spec.queue |
 """
@@ -30,11 +31,13 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 METRICS_AVAILABLE = "MetricsAvailable"
 SCALING_LIMITED = "ScalingLimited"
+SCALED_TO_ZERO_TYPE = "ScaledToZero"  # True while a minReplicas-0 service has no replica (autoscaling/zero.py)
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 QUEUED = "Queued"
-TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SUCCEEDED, FAILED, QUEUED)
-AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED)  # owned by the autoscaler's field manager
+TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE, SUCCEEDED,
+               FAILED, QUEUED)
+AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE)  # owned by the autoscaler's field manager
 
 # ---- reasons -------------------------------------------------------------------------------------------------
 # Ready

@@ -1,0 +1,133 @@
+"""Scale to zero, and back: when an autoscaled service with minReplicas 0 gives up its last replica, and when it
+gets one back. Pure: values in, values out (the loop reads the wake query and keeps the state).
+
+vLLM's metrics vanish with the last pod, so the decision (decide.py) cannot see demand at zero; the service's
+wake query (`autoscaling.wake.prometheus.query`: the front's pending or arriving requests) can. The rules:
+
+- **Zero only when it pays.** The next request after zero pays a start-up, so a service goes to zero only after
+  `idle_bound` seconds in which nothing completed, nothing waited, nothing was in the system and the wake query
+  read 0: `scaleToZero.idleSeconds`, else ten of its start-ups (status.startup.typicalSeconds), at least 300 s.
+  Any request, or a query that could not be read, starts the idle time again; missing vLLM series (a replica still
+  loading) are not idleness.
+- **Never while requests are pending**: a wake value above 0 is demand, at any replica count.
+- **Back on the first demand**: at zero, a wake value above 0 asks for one replica at once; the decision takes
+  over from there as the replica's own metrics appear (more replicas as demand asks). No answer from Prometheus
+  holds the count where it is (fail static, as the decision does).
+
+What it says: `status.autoscaling.scaledToZero` (`since`: when it went to zero; `lastWake`: when, by what and how
+long the first replica took from the wake to Ready, at the loop's period) and the condition ScaledToZero (True
+while at zero replicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pooling_operator.autoscaling.decide import Decision, Signals, State
+from pooling_operator.status.conditions import PROMETHEUS_UNREACHABLE, QUERIES_ANSWERED, WITHIN_BOUNDS
+
+IDLE_STARTUPS = 10  # a service goes to zero after this many of its own start-ups without a request ...
+IDLE_FLOOR_SECONDS = 300.0  # ... and never sooner than this (a start-up not yet measured counts as 0)
+IN_SYSTEM_IDLE = 0.01  # requests in the system (a rate of the latency sum) below this are none
+
+# The ScaledToZero condition's reasons
+IDLE = "Idle"  # True: at zero replicas after the idle time
+WOKEN = "Woken"  # False: woken from zero by demand
+SERVING = "Serving"  # False: replicas serve (or wait for their idle time)
+HELD = "HeldAtZero"  # True: at zero, and the wake query could not be read
+
+
+def idle_bound(idle_seconds: int | None, startup_seconds: float | None) -> float:
+    """Seconds of idleness before zero: the explicit bound, else ten start-ups, at least IDLE_FLOOR_SECONDS."""
+    if idle_seconds is not None:
+        return float(idle_seconds)
+    return max(IDLE_FLOOR_SECONDS, IDLE_STARTUPS * (startup_seconds or 0.0))
+
+
+@dataclass(frozen=True)
+class ZeroState:
+    """Carried between periods, per service."""
+
+    idle_since: float | None = None  # clock time the current idle stretch began
+    since: str | None = None  # RFC 3339 time the service went to zero (while at zero, and after, for status)
+    woke_at: float | None = None  # clock time of the last wake, until its first replica is Ready
+    last_wake: dict[str, Any] | None = None  # {at, by, firstReadySeconds} of the last wake
+
+
+@dataclass(frozen=True)
+class ZeroOutcome:
+    desired: int | None  # the replica count to set instead of the decision's; None: the decision stands
+    reason: str
+    state: ZeroState
+    at_zero: bool  # the condition ScaledToZero: True while the service has (or is sent to) zero replicas
+    condition_reason: str
+    status: dict[str, Any]  # status.autoscaling.scaledToZero
+
+
+def _idle(completions: float | None, waiting: float | None, in_system: float | None, wake: float | None) -> bool:
+    """Nothing completed, waited or was in the system, and nothing pending at the front. A missing series is
+    not idleness: a replica loading its model reports nothing yet."""
+    if completions is None or waiting is None or wake is None:
+        return False
+    return completions <= 0 and waiting <= 0 and (in_system or 0.0) < IN_SYSTEM_IDLE and wake <= 0
+
+
+def _status(state: ZeroState) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if state.since is not None:
+        out["since"] = state.since
+    if state.last_wake is not None:
+        out["lastWake"] = dict(state.last_wake)
+    return out
+
+
+def to_zero_or_back(
+    now: float, wall: str, current: int, ready: int, *, completions: float | None, waiting: float | None,
+    in_system: float | None, wake: float | None, wake_error: str | None, bound: float, state: ZeroState,
+) -> ZeroOutcome:  # fmt: skip
+    """One period of a service that may go to zero. ``now``: the loop's clock (seconds); ``wall``: the same moment
+    in RFC 3339; ``wake``: the wake query's value (None when it could not be read, ``wake_error`` says why)."""
+    if current == 0:
+        if wake is None:
+            s = replace(state, idle_since=None)
+            return ZeroOutcome(0, f"holding at 0 replicas: the wake query could not be read ({wake_error})", s, True,
+                               HELD, _status(s))  # fmt: skip
+        if wake > 0:
+            by = f"the wake query read {wake:g}"
+            s = replace(state, idle_since=None, woke_at=now, last_wake={"at": wall, "by": by})
+            return ZeroOutcome(1, f"woken from 0 replicas: {by}", s, False, WOKEN, _status(s))
+        return ZeroOutcome(0, "at 0 replicas: no demand (the wake query reads 0)", state, True, IDLE, _status(state))
+    s = state
+    if s.woke_at is not None and ready >= 1:  # the first replica after a wake is Ready
+        wake_info = dict(s.last_wake or {})
+        wake_info["firstReadySeconds"] = round(now - s.woke_at, 1)
+        s = replace(s, woke_at=None, last_wake=wake_info)
+    if not _idle(completions, waiting, in_system, wake):
+        s = replace(s, idle_since=None)
+        return ZeroOutcome(None, "", s, False, WOKEN if s.woke_at is not None else SERVING, _status(s))
+    started = s.idle_since if s.idle_since is not None else now
+    s = replace(s, idle_since=started)
+    if now - started >= bound:
+        s = replace(s, idle_since=None, since=wall, woke_at=None)
+        return ZeroOutcome(0, f"scaled to 0 replicas: idle for {now - started:.0f} s (the bound is {bound:.0f} s)", s, True,
+                           IDLE, _status(s))  # fmt: skip
+    return ZeroOutcome(None, "", s, False, SERVING, _status(s))
+
+
+def at_zero(outcome: ZeroOutcome, state: State, signals: Signals) -> Decision:
+    """The decision of a service with no replica: the wake query's (vLLM's series are gone with the pods)."""
+    assert outcome.desired is not None
+    answered = outcome.condition_reason != HELD
+    return Decision(
+        desired=outcome.desired, reason=outcome.reason, state=state, metrics_available=answered,
+        metrics_reason=QUERIES_ANSWERED if answered else PROMETHEUS_UNREACHABLE,
+        metrics_message="the wake query answered (no replica: vLLM's own series are gone)" if answered
+        else f"the wake query could not be read; 0 replicas held: {outcome.reason}",
+        limited=False, limited_reason=WITHIN_BOUNDS, limited_message="", zero=outcome,
+    )  # fmt: skip
+
+
+def with_zero(decision: Decision, outcome: ZeroOutcome) -> Decision:
+    """The decision with what zero.py said of it (its status block and condition)."""
+    return replace(decision, zero=outcome)

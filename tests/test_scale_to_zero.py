@@ -1,0 +1,148 @@
+"""Scale to zero and back (autoscaling/zero.py, pure): zero only after the idle time, never while anything is
+pending, one replica on the first demand, held when the wake query cannot be read; what status says. And the
+API around it: minReplicas 0 needs a wake signal (validate and CEL say the same), and a KEDA ScaledObject gets the
+wake query as the trigger that activates it from zero."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pooling_operator.api import messages as M
+from pooling_operator.autoscaling.decide import Signals, State
+from pooling_operator.autoscaling.scale import autoscaling_status, decision_conditions
+from pooling_operator.autoscaling.zero import (
+    HELD,
+    IDLE,
+    SERVING,
+    WOKEN,
+    ZeroState,
+    at_zero,
+    idle_bound,
+    to_zero_or_back,
+)
+from pooling_operator.builders import BuildContext, plan
+from pooling_operator.status import conditions as C
+from pooling_operator.vllm.contract import contract
+from pooling_operator.vllm.validate import validate
+from tests.factories import pooling
+
+WAKE = {"prometheus": {"query": 'sum(interceptor_pending_requests{host="minilm.search.example.com"})'}}
+IDLE_READ = {"completions": 0.0, "waiting": 0.0, "in_system": 0.0, "wake": 0.0}
+BUSY_READ = {"completions": 2.5, "waiting": 0.0, "in_system": 0.4, "wake": 0.0}
+
+
+def step(now: float, current: int, ready: int, state: ZeroState, bound: float = 300, wake_error: str | None = None,
+         **read: Any) -> Any:  # fmt: skip
+    values = {**IDLE_READ, **read}
+    return to_zero_or_back(now, f"t{now:g}", current, ready, wake_error=wake_error, bound=bound, state=state, **values)
+
+
+@pytest.mark.parametrize(
+    ("idle_seconds", "startup", "bound"),
+    [(None, None, 300.0), (None, 20.0, 300.0), (None, 45.0, 450.0), (600, 45.0, 600.0), (30, 900.0, 30.0)],
+)
+def test_the_idle_time_is_ten_start_ups_at_least_five_minutes_unless_set(idle_seconds: int | None, startup: float | None,
+                                                                          bound: float) -> None:  # fmt: skip
+    assert idle_bound(idle_seconds, startup) == bound
+
+
+def test_a_service_goes_to_zero_only_after_the_whole_idle_time() -> None:
+    state = ZeroState()
+    for now in (0, 15, 150, 285):
+        out = step(now, 1, 1, state)
+        assert out.desired is None and not out.at_zero and out.condition_reason == SERVING, now
+        state = out.state
+    out = step(300, 1, 1, state)
+    assert (out.desired, out.at_zero, out.condition_reason) == (0, True, IDLE)
+    assert out.reason == "scaled to 0 replicas: idle for 300 s (the bound is 300 s)"
+    assert out.status == {"since": "t300"}
+
+
+@pytest.mark.parametrize(
+    "busy",
+    [
+        {"completions": 0.2},  # a request finished in the window
+        {"waiting": 1.0},  # one waits in vLLM
+        {"in_system": 0.5},  # one is being served
+        {"wake": 3.0},  # requests pending at the front: never zero while anything is pending
+        {"completions": None},  # no series: a loading replica, or a scrape gap, is not idleness
+        {"wake": None},  # the wake query could not be read
+    ],
+)
+def test_anything_pending_or_unknown_starts_the_idle_time_again(busy: dict[str, Any]) -> None:
+    state = step(0, 1, 1, ZeroState()).state
+    assert state.idle_since == 0
+    out = step(290, 1, 1, state, **busy)
+    assert out.desired is None and out.state.idle_since is None
+    out = step(300, 1, 1, out.state)
+    assert out.desired is None, "the idle time starts over after the request"
+    assert step(590, 1, 1, out.state).desired is None and step(600, 1, 1, out.state).desired == 0
+
+
+def test_at_zero_the_first_demand_wakes_one_replica_and_status_says_how_long_it_took() -> None:
+    gone = step(300, 1, 1, step(0, 1, 1, ZeroState()).state).state
+    quiet = step(315, 0, 0, gone)
+    assert (quiet.desired, quiet.at_zero, quiet.condition_reason) == (0, True, IDLE)
+    woken = step(330, 0, 0, quiet.state, wake=2.0)
+    assert (woken.desired, woken.at_zero, woken.condition_reason) == (1, False, WOKEN)
+    assert woken.reason == "woken from 0 replicas: the wake query read 2"
+    assert woken.status == {"since": "t300", "lastWake": {"at": "t330", "by": "the wake query read 2"}}
+    loading = step(345, 1, 0, woken.state, completions=None, waiting=None, wake=2.0)
+    assert loading.desired is None and loading.condition_reason == WOKEN  # the decision (holding, no data) stands
+    ready = step(405, 1, 1, loading.state, **BUSY_READ)
+    assert ready.status["lastWake"] == {"at": "t330", "by": "the wake query read 2", "firstReadySeconds": 75.0}
+    assert ready.condition_reason == SERVING and ready.desired is None
+
+
+def test_at_zero_an_unreadable_wake_query_holds_at_zero() -> None:
+    out = step(0, 0, 0, ZeroState(), wake=None, wake_error="no connection to http://prometheus:9090 within 5s")
+    assert (out.desired, out.at_zero, out.condition_reason) == (0, True, HELD)
+    d = at_zero(out, State(), Signals())
+    assert not d.metrics_available and d.metrics_reason == C.PROMETHEUS_UNREACHABLE
+    assert "no connection to http://prometheus:9090" in d.metrics_message
+
+
+def test_status_and_the_condition_say_it() -> None:
+    gone = step(300, 1, 1, step(0, 1, 1, ZeroState()).state)
+    d = at_zero(step(315, 0, 0, gone.state), State(), Signals())
+    assert autoscaling_status(d, 0, 0, "2026-12-04T10:00:00Z")["scaledToZero"] == {"since": "t300"}
+    [*_, zero] = decision_conditions(d, 3)
+    assert (zero["type"], zero["status"], zero["reason"]) == ("ScaledToZero", "True", IDLE)
+    assert zero["message"] == "at 0 replicas: no demand (the wake query reads 0)"
+
+
+# ---- the API ------------------------------------------------------------------------------------------------
+
+
+def errors(doc: dict[str, Any]) -> list[str]:
+    return [str(p) for p in validate(doc).problems if p.severity == "error"]
+
+
+def test_min_replicas_zero_needs_a_wake_signal_and_scale_to_zero_needs_min_zero() -> None:
+    assert f"spec.autoscaling.minReplicas: {M.MIN_REPLICAS_ZERO}" in errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}))
+    assert errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": WAKE}})) == []
+    assert errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": WAKE, "scaleToZero": {"idleSeconds": 900}}})) == []
+    assert f"spec.autoscaling.scaleToZero: {M.SCALE_TO_ZERO_NEEDS_MIN_ZERO}" in errors(
+        pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 900}}}))
+    assert any(e.startswith("spec.autoscaling.scaleToZero.idleSeconds: Input should be greater than or equal to 30")
+               for e in errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": WAKE,
+                                                        "scaleToZero": {"idleSeconds": 5}}})))  # fmt: skip
+    assert any(e.startswith("spec.autoscaling.wake.prometheus.query")
+               for e in errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": {"prometheus": {"query": ""}}}})))
+
+
+def scaled_object(autoscaling: dict[str, Any]) -> dict[str, Any]:
+    result = validate(pooling({"autoscaling": {"maxReplicas": 4, "backend": "keda", **autoscaling}}, name="minilm", namespace="search"))
+    assert result.ok, [str(p) for p in result.errors]
+    return next(o for o in plan(result.resource, contract("0.33"), BuildContext()).objects if o["kind"] == "ScaledObject")
+
+
+def test_keda_wakes_the_service_on_the_wake_query_and_idles_for_the_bound() -> None:
+    so = scaled_object({"minReplicas": 0, "wake": WAKE, "scaleToZero": {"idleSeconds": 900}})["spec"]
+    assert so["minReplicaCount"] == 0 and so["cooldownPeriod"] == 900
+    [wake] = [t for t in so["triggers"] if t["name"] == "wake"]
+    assert wake["metadata"]["query"] == WAKE["prometheus"]["query"] and wake["metadata"]["activationThreshold"] == "0"
+    plain = scaled_object({"minReplicas": 1})["spec"]
+    assert "cooldownPeriod" not in plain and [t["name"] for t in plain["triggers"]] == ["waiting"]  # renders as before
