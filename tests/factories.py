@@ -49,16 +49,15 @@ def pooling(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     return resource("PoolingService", merge(base, spec), **meta)
 
 
+RERANKER = {
+    "name": "BAAI/bge-reranker-v2-m3",
+    "revision": ABC_SHA,
+    "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
+}
+
+
 def scoring(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
-    base = {
-        "mode": "crossEncoder",
-        "model": {
-            "name": "BAAI/bge-reranker-v2-m3",
-            "revision": ABC_SHA,
-            "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
-        },
-        "engine": {"image": "vllm/vllm-openai:v0.33.0"},
-    }
+    base = {"mode": "crossEncoder", "model": copy.deepcopy(RERANKER), "engine": {"image": "vllm/vllm-openai:v0.33.0"}}
     return resource("ScoringService", merge(base, spec), **meta)
 
 
@@ -103,11 +102,7 @@ def scoring_job(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, An
     """A PoolingJob with a scoring mode: a ScoringService's model and mode, a PoolingJob's dataset and output."""
     base = {
         "mode": "crossEncoder",
-        "model": {
-            "name": "BAAI/bge-reranker-v2-m3",
-            "revision": ABC_SHA,
-            "hints": {"architectures": ["XLMRobertaForSequenceClassification"], "numLabels": 1},
-        },
+        "model": copy.deepcopy(RERANKER),
         "dataset": {"volume": {"claimName": "corpus", "path": "/groups.jsonl"}},
         "output": {"volume": {"claimName": "scores", "path": "/runs/v1"}},
         "shards": 2,

@@ -20,6 +20,7 @@ from pooling_operator.autoscaling.zero import (
     ZeroState,
     at_zero,
     idle_bound,
+    remembered,
     to_zero_or_back,
 )
 from pooling_operator.builders import BuildContext, plan
@@ -96,6 +97,39 @@ def test_at_zero_the_first_demand_wakes_one_replica_and_status_says_how_long_it_
     assert ready.condition_reason == SERVING and ready.desired is None
 
 
+def test_the_last_replica_goes_only_from_one_the_decision_steps_down_to_it_first() -> None:
+    state = step(0, 3, 3, ZeroState()).state
+    assert step(300, 3, 3, state).desired is None
+    assert step(315, 1, 1, step(300, 3, 3, state).state).desired == 0
+
+
+def test_a_woken_replica_that_never_gets_ready_goes_once_the_front_holds_nothing() -> None:
+    woken = step(0, 0, 0, ZeroState(), wake=2.0).state
+    waiting = step(15, 1, 0, woken, completions=None, waiting=None, wake=2.0)
+    assert waiting.desired is None and waiting.state.idle_since is None  # requests are held: it keeps trying
+    gave_up = step(60, 1, 0, waiting.state, completions=None, waiting=None, wake=0.0)  # the front gave up on them
+    assert gave_up.desired is None and gave_up.state.idle_since == 60
+    assert step(360, 1, 0, gave_up.state, completions=None, waiting=None, wake=0.0).desired == 0
+
+
+def test_a_wake_query_that_returns_no_series_says_so() -> None:
+    out = to_zero_or_back(0, "t0", 0, 0, completions=None, waiting=None, in_system=None, wake=0.0, wake_error=None,
+                          bound=300, state=ZeroState(), wake_series=0)  # fmt: skip
+    assert out.desired == 0 and "returned no series" in out.reason
+
+
+def test_after_a_restart_status_is_remembered() -> None:
+    doc = pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": WAKE}})
+    doc["status"] = {"autoscaling": {"scaledToZero": {"since": "2026-12-04T01:00:00Z", "lastWake": {
+        "at": "2026-12-04T07:00:00Z", "by": "the wake query read 1", "firstReadySeconds": 71.0}}}}
+    result = validate(doc)
+    assert result.resource is not None
+    state = remembered(result.resource)
+    assert state.since == "2026-12-04T01:00:00Z"
+    assert state.last_wake == {"at": "2026-12-04T07:00:00Z", "by": "the wake query read 1", "firstReadySeconds": 71.0}
+    assert remembered(validate(pooling()).resource) == ZeroState()
+
+
 def test_at_zero_an_unreadable_wake_query_holds_at_zero() -> None:
     out = step(0, 0, 0, ZeroState(), wake=None, wake_error="no connection to http://prometheus:9090 within 5s")
     assert (out.desired, out.at_zero, out.condition_reason) == (0, True, HELD)
@@ -143,6 +177,6 @@ def test_keda_wakes_the_service_on_the_wake_query_and_idles_for_the_bound() -> N
     so = scaled_object({"minReplicas": 0, "wake": WAKE, "scaleToZero": {"idleSeconds": 900}})["spec"]
     assert so["minReplicaCount"] == 0 and so["cooldownPeriod"] == 900
     [wake] = [t for t in so["triggers"] if t["name"] == "wake"]
-    assert wake["metadata"]["query"] == WAKE["prometheus"]["query"] and wake["metadata"]["activationThreshold"] == "0"
+    assert wake["metadata"]["query"] == f"sum({WAKE['prometheus']['query']})" and wake["metadata"]["activationThreshold"] == "0"
     plain = scaled_object({"minReplicas": 1})["spec"]
     assert "cooldownPeriod" not in plain and [t["name"] for t in plain["triggers"]] == ["waiting"]  # renders as before

@@ -30,7 +30,7 @@ from pooling_operator.status.pooling_jobs import pooling_job_status
 from pooling_operator.vllm.contract import contract
 from pooling_operator.vllm.validate import validate
 from pooling_operator.vllm.workload import workload
-from tests.factories import generative, scoring, scoring_job
+from tests.factories import pooling_job, scoring, scoring_job
 from tests.pooling_support import POOLING_MODEL, FakePooling, fake_pooling, fake_score, fake_tokens
 
 QWEN = {
@@ -110,6 +110,10 @@ def test_what_a_scoring_job_cannot_be_is_said_with_its_field(spec: dict[str, Any
     assert any(e.startswith(problem) for e in errors(scoring_job(spec))), errors(scoring_job(spec))
 
 
+def test_a_pooling_task_with_generative_labels_is_refused_as_the_api_server_does() -> None:
+    assert f"spec.generative: {M.GENERATIVE_IFF_MODE}" in errors(pooling_job(LABELS))
+
+
 def test_neither_task_nor_mode_is_refused_by_name() -> None:
     doc = scoring_job()
     del doc["spec"]["mode"]
@@ -163,8 +167,6 @@ def test_a_generative_job_sends_the_labels_its_scoring_service_publishes_for_cli
     driver = pod["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert flag(driver, "--label-token-ids") == "9454,2753"
     assert "--no-apply-softmax" in driver and "--item-first" in driver
-    service = validate(generative())
-    assert service.ok
     vllm = pod["Job"]["spec"]["template"]["spec"]["initContainers"][1]
     assert vllm["args"][vllm["args"].index("--runner") + 1] == "generate"
 
@@ -341,7 +343,10 @@ def test_every_document_is_asked_for_in_its_order_whatever_top_n() -> None:
             "not a new index",
         ),
         ("/score", {"data": [{"index": 3, "score": 0.5}]}, 1, "not a new index"),
-        ("/score", {"data": [{"index": 0, "score": "high"}]}, 1, "numeric score"),
+        ("/score", {"data": [{"index": 0, "score": "high"}]}, 1, "float32 score"),
+        ("/score", {"data": [{"index": 0, "score": 10**400}]}, 1, "float32 score"),  # float() would overflow
+        ("/score", {"data": [{"index": 0, "score": 1e39}]}, 1, "float32 score"),  # struct.pack would overflow
+        ("/score", {"data": [{"index": 0, "score": float("nan")}]}, 1, "float32 score"),
         ("/generative_scoring", {"results": []}, 1, "answered no data"),
     ],
 )
@@ -465,3 +470,36 @@ def test_a_batch_file_of_rerank_and_score_lines_gives_vllms_response_bodies_in_i
         else:
             assert [d["score"] for d in body["data"]] == scores, g
     assert not list(output.glob("shard-*/part-*.safetensors")), "safetensors was not asked for"
+
+
+def test_the_driver_takes_scores_in_float32_only() -> None:
+    from pooling_operator.api.hidden_state_contract import EXIT_USAGE
+    from pooling_operator.pods.vectors.cli import main
+
+    argv = ["pooling-job", "run", "--shard", "0", "--shards", "1", "--dataset", "/nonexistent", "--output", "/o",
+            "--endpoint", "http://127.0.0.1:9", "--model", "m", "--mode", "crossEncoder", "--batch-size", "4"]  # fmt: skip
+    assert main([*argv, "--dtype", "float16"]) == EXIT_USAGE
+    assert main([*argv, "--dtype", "float32", "--task", "embed"]) == EXIT_USAGE  # task and mode
+
+
+@pytest.mark.integration
+def test_a_rerun_keeps_what_was_scored_and_a_line_changed_since_is_an_error_line(tmp_path: Path) -> None:
+    """A second run over the same folder sends nothing already in the manifest; a line whose documents changed in
+    between gets an error line, not a traceback or another line's scores."""
+    dataset, output = tmp_path / "batch.jsonl", tmp_path / "out"
+    lines = [{"custom_id": g, "method": "POST", "url": "/v1/rerank", "body": {"query": q, "documents": d}}
+             for g, q, d, _ in groups(6)]  # fmt: skip
+    dataset.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    fake = FakePooling()
+    with fake_pooling(fake) as url:
+        config = scoring_config(dataset, output, url, 0, 1, format=pj.OPENAI_BATCH, outputs=(pj.OPENAI_BATCH, pj.SAFETENSORS))
+        assert asyncio.run(PoolingDriver(config).run()) == 0
+        sent = len(fake.requests)
+        lines[2]["body"]["documents"] = [*lines[2]["body"]["documents"], "a document added later"]
+        dataset.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        (output / "shard-0" / "_SUCCESS").unlink()
+        assert asyncio.run(PoolingDriver(config).run()) == 0
+    assert len(fake.requests) == sent, "nothing scored twice"
+    got = [json.loads(x) for x in (output / pj.BATCH_OUTPUT).read_text().splitlines()]
+    assert [x["error"] is None for x in got] == [True, True, False, True, True, True]
+    assert "the file changed between runs" in got[2]["error"]["message"]

@@ -40,9 +40,17 @@ from pooling_operator.autoscaling.decide import (
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader, QueryFailed
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.autoscaling.zero import ZeroState, at_zero, idle_bound, to_zero_or_back, with_zero
+from pooling_operator.autoscaling.zero import (
+    ZeroState,
+    at_zero,
+    idle_bound,
+    remembered,
+    to_zero_or_back,
+    with_zero,
+)
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
+from pooling_operator.status.conditions import LIMIT_BUDGET
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.status.startup import typical_seconds
 from pooling_operator.vllm.memory import gpus_held
@@ -122,6 +130,7 @@ class Read:
     unschedulable: str | None
     signals: Signals | None
     wake: float | None = None  # the wake query's value (a service that may go to zero)
+    wake_series: int = 0  # the series it summed
     wake_error: str | None = None
 
 
@@ -166,8 +175,9 @@ class Autoscaler:
             # Updated in place (a reconcile runs on every child event): a decision being taken keeps its service.
             for key, value in settings.items():
                 setattr(before, key, value)
-        else:
-            self.services[resource.metadata.uid] = Tracked(uid=resource.metadata.uid, **settings)  # type: ignore[arg-type]
+        else:  # what status says of an earlier zero (a restart, another replica leading before) is kept
+            self.services[resource.metadata.uid] = Tracked(uid=resource.metadata.uid, zero=remembered(resource),  # type: ignore[arg-type]
+                                                           **settings)  # fmt: skip
         if namespace not in self._tasks or self._tasks[namespace].done():
             self._tasks[namespace] = asyncio.get_running_loop().create_task(self._run(namespace), name=f"autoscaler/{namespace}")
 
@@ -253,10 +263,14 @@ class Autoscaler:
         outcome = to_zero_or_back(
             now, rfc3339(), r.current, r.ready, completions=r.signals.completions, waiting=r.signals.waiting,
             in_system=r.signals.in_system, wake=r.wake, wake_error=r.wake_error,
-            bound=idle_bound(s.idle_seconds, seen.startup_seconds), state=s.zero,
+            bound=idle_bound(s.idle_seconds, seen.startup_seconds), state=s.zero, wake_series=r.wake_series,
         )  # fmt: skip
         if r.current == 0:  # no replica, no vLLM series: the wake query alone decides
             d = at_zero(outcome, s.state, r.signals)
+            if d.desired > 0 and budget is not None and budget.replicas(0) < d.desired:  # the namespace's GPUs
+                held = replace(outcome, desired=0, state=s.zero)  # not woken: the next period asks again
+                d = replace(d, desired=0, limited=True, limited_reason=LIMIT_BUDGET,
+                            limited_message=budget.message(0, d.desired), zero=held)  # fmt: skip
         else:
             d = decide(now, r.signals, seen, replace(s.targets, min_replicas=1), s.state, budget=budget)
             if outcome.desired is not None:
@@ -285,21 +299,23 @@ class Autoscaler:
         pods = self.cache.pods_of((s.kind, s.namespace, s.name))
         placement = placement_problem(deployment, pods)
         signals = await self._signals(s) if s.decides else None
-        wake, wake_error = await self._wake(s) if s.may_zero else (None, None)
+        wake, series, wake_error = await self._wake(s) if s.may_zero else (None, 0, None)
         return Read(
             service=s, body=body, current=int(deployment["spec"].get("replicas", 1)),
             ready=int((deployment.get("status") or {}).get("readyReplicas", 0)),
-            unschedulable=placement.message if placement else None, signals=signals, wake=wake, wake_error=wake_error,
+            unschedulable=placement.message if placement else None, signals=signals, wake=wake, wake_series=series,
+            wake_error=wake_error,
         )
 
-    async def _wake(self, s: Tracked) -> tuple[float | None, str | None]:
-        """The wake query's value, or why it has none."""
+    async def _wake(self, s: Tracked) -> tuple[float | None, int, str | None]:
+        """The wake query's value and the series it summed, or why it has none."""
         assert s.wake_query is not None
         try:
             reader = await self._reader(s)
-            return await reader.total(s.wake_query), None
+            value, series = await reader.total(s.wake_query)
+            return value, series, None
         except (ApiError, QueryFailed) as exc:
-            return None, str(exc)
+            return None, 0, str(exc)
 
     async def _signals(self, s: Tracked) -> Signals:
         try:
@@ -343,11 +359,11 @@ class Autoscaler:
         if not await self.leading():
             return  # the Lease went while this decision was being taken: another replica acts now
         s.state = d.state
-        if d.zero is not None:
-            s.zero = d.zero.state
         if d.desired != r.current:
             await write_scale(self.kube, r.body, r.current, d)
             s.last_scale_time = rfc3339()
+        if d.zero is not None:  # after the scale: a write that failed went nowhere, and the next period tries again
+            s.zero = d.zero.state
         await write_status(self.kube, r.body, d, r.current, r.ready,
                            s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"), self.cache)
 

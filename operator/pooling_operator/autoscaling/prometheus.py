@@ -68,10 +68,11 @@ class PrometheusReader:
             return None
         return float(result[0]["value"][1])
 
-    async def total(self, promql: str) -> float:
-        """A user's query (a service's wake query): the sum over the series it returns, 0 for none, NaN as 0."""
+    async def total(self, promql: str) -> tuple[float, int]:
+        """A user's query (a service's wake query): the sum over the series it returns (0 for none, NaN as 0), and
+        how many it returned."""
         values = [float(r["value"][1]) for r in await self._result(promql)]
-        return sum(v for v in values if v == v)
+        return sum(v for v in values if v == v), len(values)
 
     async def _result(self, promql: str) -> list[Any]:
         url = self.endpoint.url.rstrip("/") + "/api/v1/query"

@@ -65,10 +65,15 @@ class ZeroOutcome:
     status: dict[str, Any]  # status.autoscaling.scaledToZero
 
 
-def _idle(completions: float | None, waiting: float | None, in_system: float | None, wake: float | None) -> bool:
+def _idle(ready: int, completions: float | None, waiting: float | None, in_system: float | None, wake: float | None) -> bool:
     """Nothing completed, waited or was in the system, and nothing pending at the front. A missing series is
-    not idleness: a replica loading its model reports nothing yet."""
-    if completions is None or waiting is None or wake is None:
+    not idleness while a replica is Ready (a scrape gap); with none Ready (a replica loading, or one that never
+    gets Ready: unplaceable, crash-looping) only the front can say that nobody waits."""
+    if wake is None:
+        return False
+    if ready == 0:
+        return wake <= 0
+    if completions is None or waiting is None:
         return False
     return completions <= 0 and waiting <= 0 and (in_system or 0.0) < IN_SYSTEM_IDLE and wake <= 0
 
@@ -85,9 +90,12 @@ def _status(state: ZeroState) -> dict[str, Any]:
 def to_zero_or_back(
     now: float, wall: str, current: int, ready: int, *, completions: float | None, waiting: float | None,
     in_system: float | None, wake: float | None, wake_error: str | None, bound: float, state: ZeroState,
+    wake_series: int = 1,
 ) -> ZeroOutcome:  # fmt: skip
     """One period of a service that may go to zero. ``now``: the loop's clock (seconds); ``wall``: the same moment
-    in RFC 3339; ``wake``: the wake query's value (None when it could not be read, ``wake_error`` says why)."""
+    in RFC 3339; ``wake``: the wake query's value (None when it could not be read, ``wake_error`` says why) and
+    ``wake_series`` the series it summed. The last replica goes only from one: more are stepped down by the
+    decision's own scale-down rules first."""
     if current == 0:
         if wake is None:
             s = replace(state, idle_since=None)
@@ -97,22 +105,34 @@ def to_zero_or_back(
             by = f"the wake query read {wake:g}"
             s = replace(state, idle_since=None, woke_at=now, last_wake={"at": wall, "by": by})
             return ZeroOutcome(1, f"woken from 0 replicas: {by}", s, False, WOKEN, _status(s))
-        return ZeroOutcome(0, "at 0 replicas: no demand (the wake query reads 0)", state, True, IDLE, _status(state))
+        said = "reads 0" if wake_series else "returned no series, read as 0: check its labels if demand is expected"
+        return ZeroOutcome(0, f"at 0 replicas: no demand (the wake query {said})", state, True, IDLE, _status(state))
     s = state
     if s.woke_at is not None and ready >= 1:  # the first replica after a wake is Ready
         wake_info = dict(s.last_wake or {})
         wake_info["firstReadySeconds"] = round(now - s.woke_at, 1)
         s = replace(s, woke_at=None, last_wake=wake_info)
-    if not _idle(completions, waiting, in_system, wake):
+    if not _idle(ready, completions, waiting, in_system, wake):
         s = replace(s, idle_since=None)
         return ZeroOutcome(None, "", s, False, WOKEN if s.woke_at is not None else SERVING, _status(s))
     started = s.idle_since if s.idle_since is not None else now
     s = replace(s, idle_since=started)
-    if now - started >= bound:
+    if now - started >= bound and current == 1:
         s = replace(s, idle_since=None, since=wall, woke_at=None)
         return ZeroOutcome(0, f"scaled to 0 replicas: idle for {now - started:.0f} s (the bound is {bound:.0f} s)", s, True,
                            IDLE, _status(s))  # fmt: skip
     return ZeroOutcome(None, "", s, False, SERVING, _status(s))
+
+
+def remembered(resource: Any) -> ZeroState:
+    """What a service's status says of its last zero and wake (the autoscaler's memory across a restart or a new
+    leader; the idle time itself starts again)."""
+    autoscaling = getattr(getattr(resource, "status", None), "autoscaling", None)
+    zero = getattr(autoscaling, "scaled_to_zero", None)
+    if zero is None:
+        return ZeroState()
+    wake = zero.last_wake.model_dump(by_alias=True, exclude_none=True) if zero.last_wake is not None else None
+    return ZeroState(since=zero.since, last_wake=wake or None)
 
 
 def at_zero(outcome: ZeroOutcome, state: State, signals: Signals) -> Decision:

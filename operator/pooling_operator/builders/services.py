@@ -187,7 +187,8 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
                 "type": "prometheus",
                 "name": "wake",
                 "metricType": "AverageValue",
-                "metadata": {"serverAddress": url, "query": a.wake.prometheus.query,
+                # KEDA's Prometheus scaler takes one series: the sum, as the operator backend reads it
+                "metadata": {"serverAddress": url, "query": f"sum({a.wake.prometheus.query})",
                              "threshold": str(t.queue_per_replica), "activationThreshold": "0",
                              "ignoreNullValues": "true"},
             }

@@ -17,6 +17,8 @@ def batch_file_problems(resource: PoolingJob) -> Iterator[Problem]:
     spec = resource.spec
     if (spec.task is None) == (spec.mode is None):
         yield Problem("spec.task", M.JOB_TASK_OR_MODE)
+    if spec.mode is None and spec.generative is not None:
+        yield Problem("spec.generative", M.GENERATIVE_IFF_MODE)
     if spec.mode is not None:
         if spec.embedding_space is not None:
             yield Problem("spec.embeddingSpace", M.SCORING_JOB_NO_SPACE)

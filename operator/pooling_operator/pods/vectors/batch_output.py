@@ -140,6 +140,10 @@ def shard_lines(dataset: Path, output: Path, shard: int, shards: int, models: Se
             if mode is not None:
                 scoring = check_scoring_request(json.loads(raw), models)
                 assert isinstance(scoring, ScoringRequest), scoring
+                if len(rows) != len(scoring.documents):  # the line changed since its scores were kept
+                    yield dumps(error_line(line, sample.id, INVALID, f"the line has {len(scoring.documents)} documents, "
+                                           f"its kept scores {len(rows)}: the file changed between runs"))  # fmt: skip
+                    continue
                 body = scoring_body(scoring, line, [r[0] for r in rows], entry.tokens, served, created)
                 yield dumps(envelope(line, sample.id, body))
                 continue

@@ -23,6 +23,7 @@ from pooling_operator.api.pooling_job_contract import (
     OUTPUT_FORMATS,
     ROUTES,
     SAFETENSORS,
+    SCORE_DTYPE,
     SCORING_MODES,
     VECTOR_DTYPES,
 )
@@ -134,6 +135,8 @@ def _setup(args: argparse.Namespace) -> str | None:
         return f"--task {args.task} differs from --run-info's task {args.run_info.get('task')!r}"
     if getattr(args, "run_info", None) is not None and args.run_info.get("mode") not in (None, args.mode):
         return f"--mode {args.mode} differs from --run-info's mode {args.run_info.get('mode')!r}"
+    if getattr(args, "mode", None) and getattr(args, "dtype", SCORE_DTYPE) != SCORE_DTYPE:
+        return f"--mode writes scores as {SCORE_DTYPE}: --dtype {args.dtype} is not taken"
     if getattr(args, "label_token_ids", ()) and args.mode != "generative":
         return "--label-token-ids is for --mode generative"
     if getattr(args, "mode", None) == "generative" and not args.label_token_ids:

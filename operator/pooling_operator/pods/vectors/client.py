@@ -75,6 +75,20 @@ def _param(body: bytes) -> str | None:
     return param if isinstance(param, str) else None
 
 
+def raise_for(status: int, data: bytes, path: str, config: frozenset[str]) -> None:
+    """Nothing for a 200; else the error's kind: Transient (408, 429, a 5xx but 501), Refused (a 400 or 422
+    about the inputs) or Misconfigured (a refusal of a field in ``config``, which no input could change, or any
+    other answer)."""
+    if status == 200:
+        return
+    message = error_message(status, data)
+    if status in (408, 429) or (status >= 500 and status != 501):
+        raise Transient(message, server_down=status == 503)
+    if status in (400, 422) and _param(data) not in config:
+        raise Refused(message)
+    raise Misconfigured(f"{path}: {message}")
+
+
 class PoolingClient(VllmClient):
     def __init__(self, endpoint: str, model: str, *, task: str, dtype: str, batch_size: int, concurrency: int,
                  request_timeout: float) -> None:
@@ -103,15 +117,8 @@ class PoolingClient(VllmClient):
         answer had, which this one must have too."""
         path = self.route
         status, data, headers = await self._send(path, self.body(inputs))
-        metadata = headers.get(METADATA_HEADER)
-        if status != 200:
-            message = error_message(status, data)
-            if status in (408, 429) or (status >= 500 and status != 501):
-                raise Transient(message, server_down=status == 503)
-            if status in (400, 422) and _param(data) not in CONFIG_PARAMS:
-                raise Refused(message)
-            raise Misconfigured(f"{path}: {message}")
-        return self._check(inputs, data, metadata, dim)
+        raise_for(status, data, path, CONFIG_PARAMS)
+        return self._check(inputs, data, headers.get(METADATA_HEADER), dim)
 
     def _check(self, inputs: Sequence[str] | Sequence[Sequence[int]], data: bytes, metadata: str | None,
                dim: int | None) -> Vectors:
@@ -179,13 +186,7 @@ class ScoringClient(VllmClient):
         """The scores of ``sample``'s documents, in their order, as a one-column tensor's rows."""
         path, body = request_body(sample, self.model, self.labels, self.apply_softmax, self.item_first)
         status, data, _ = await self._send(path, body)
-        if status != 200:
-            message = error_message(status, data)
-            if status in (408, 429) or (status >= 500 and status != 501):
-                raise Transient(message, server_down=status == 503)
-            if status in (400, 422) and _param(data) not in SCORING_CONFIG_PARAMS:
-                raise Refused(message)
-            raise Misconfigured(f"{path}: {message}")
+        raise_for(status, data, path, SCORING_CONFIG_PARAMS)
         try:
             scores, tokens = scores_of(path, json.loads(data), len(sample.inputs or ()))
         except ValueError as exc:  # not JSON, or not one score a document: never written

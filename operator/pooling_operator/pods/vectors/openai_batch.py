@@ -35,9 +35,9 @@ import base64
 import json
 import struct
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pooling_operator.pods.shard.dataset import BadLine, Sample, json_object
 
@@ -52,6 +52,7 @@ INVALID = "invalid_request"  # the line is not a request this job can send
 FAILED = "request_failed"  # vLLM refused it, or it was tried until the attempts ran out
 
 _IDS = uuid.UUID("8f0b8f6e-6c3e-4d59-9a53-7e1b1c0a5d21")  # the namespace of the derived ids
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -89,28 +90,46 @@ def _inputs(value: Any) -> tuple[str, ...] | tuple[tuple[int, ...], ...] | str:
 def parse_request(raw: bytes, line: int, models: Sequence[str]) -> Sample | BadLine | None:
     """One input line -> a sample (id: its custom_id; inputs: its texts or token-id lists), a bad line with its
     custom_id where it has one, or None for a blank line. ``models``: the names body.model may give."""
-    doc = json_object(raw, line)
-    if not isinstance(doc, dict):
-        return doc
-    custom_id = doc.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
-        return BadLine(line, None, "custom_id must be a non-empty string")
-    request = check_request(doc, models)
-    if isinstance(request, str):
-        return BadLine(line, custom_id, request)
+    checked = request_line(raw, line, lambda doc: check_request(doc, models))
+    if not isinstance(checked, tuple):
+        return checked
+    doc, custom_id, _ = checked
     inputs = _inputs(doc["body"].get("input"))
     if isinstance(inputs, str):
         return BadLine(line, custom_id, inputs)
     return Sample(custom_id, line, inputs=inputs)
 
 
-def check_request(doc: Mapping[str, Any], models: Sequence[str]) -> Request | str:
-    """A parsed line's request fields, or the reason it is not a request this job sends (body.input aside)."""
+def request_line(raw: bytes, line: int, check: Callable[[dict[str, Any]], T | str]) -> tuple[dict[str, Any], str, T] | BadLine | None:
+    """A Batch input line's JSON, custom_id and request as ``check`` reads it; a bad line (with its custom_id
+    where it has one) saying why not; None for a blank line."""
+    doc = json_object(raw, line)
+    if not isinstance(doc, dict):
+        return doc
+    custom_id = doc.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        return BadLine(line, None, "custom_id must be a non-empty string")
+    request = check(doc)
+    if isinstance(request, str):
+        return BadLine(line, custom_id, request)
+    return doc, custom_id, request
+
+
+def line_problem(doc: Mapping[str, Any]) -> str | None:
+    """What is wrong with a Batch line's own fields (not its url or body), if anything."""
     unknown = sorted(set(doc) - {"custom_id", "method", "url", "body"})
     if unknown:
         return f"unknown field {unknown[0]!r}; a request line has custom_id, method, url and body"
     if doc.get("method") != METHOD:
         return f"method must be {METHOD}, not {doc.get('method')!r}"
+    return None
+
+
+def check_request(doc: Mapping[str, Any], models: Sequence[str]) -> Request | str:
+    """A parsed line's request fields, or the reason it is not a request this job sends (body.input aside)."""
+    wrong = line_problem(doc)
+    if wrong:
+        return wrong
     if doc.get("url") != URL:
         return (f"url must be {URL} (a PoolingJob embeds), not {doc.get('url')!r}; /v1/rerank and /v1/score lines "
                 "are for a scoring job")  # fmt: skip

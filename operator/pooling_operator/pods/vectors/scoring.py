@@ -31,7 +31,7 @@ from typing import Any
 
 from pooling_operator.api.pooling_job_contract import OPENAI_BATCH
 from pooling_operator.pods.shard.dataset import BadLine, Parser, Sample, json_object
-from pooling_operator.pods.vectors.openai_batch import METHOD, parse_request
+from pooling_operator.pods.vectors.openai_batch import line_problem, parse_request, request_line
 
 RERANK, SCORE, GENERATIVE = "rerank", "score", "generative"
 URLS = {"/v1/rerank": RERANK, "/v1/score": SCORE}
@@ -40,6 +40,7 @@ BODY_KEYS = {
     SCORE: frozenset({"model", "text_1", "text_2"}),
 }
 MAX_DOCUMENTS = 4096  # a line's documents: its rows, held in memory at once
+FLOAT32_MAX = 3.4028234663852886e38  # a score the part file's float32 rows can hold
 
 _IDS = uuid.UUID("5d1d8c57-2a8e-4f0c-b0a6-9c3b8e2f4a17")  # the namespace of the derived ids
 
@@ -107,11 +108,9 @@ def parse_group(raw: bytes, line: int, mode: str) -> Sample | BadLine | None:
 
 def check_scoring_request(doc: Mapping[str, Any], models: Sequence[str]) -> ScoringRequest | str:
     """A parsed Batch line's request, or the reason it is not one a scoring job sends."""
-    unknown = sorted(set(doc) - {"custom_id", "method", "url", "body"})
-    if unknown:
-        return f"unknown field {unknown[0]!r}; a request line has custom_id, method, url and body"
-    if doc.get("method") != METHOD:
-        return f"method must be {METHOD}, not {doc.get('method')!r}"
+    wrong = line_problem(doc)
+    if wrong:
+        return wrong
     route = URLS.get(doc.get("url"))  # type: ignore[arg-type]
     if route is None:
         return f"url must be /v1/rerank or /v1/score (a scoring job scores), not {doc.get('url')!r}"
@@ -135,15 +134,10 @@ def check_scoring_request(doc: Mapping[str, Any], models: Sequence[str]) -> Scor
 def parse_scoring_request(raw: bytes, line: int, models: Sequence[str], mode: str) -> Sample | BadLine | None:
     """One Batch input line of a scoring job -> a sample (as ``parse_group``), a bad line with its custom_id where
     it has one, or None for a blank line."""
-    doc = json_object(raw, line)
-    if not isinstance(doc, dict):
-        return doc
-    custom_id = doc.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
-        return BadLine(line, None, "custom_id must be a non-empty string")
-    request = check_scoring_request(doc, models)
-    if isinstance(request, str):
-        return BadLine(line, custom_id, request)
+    checked = request_line(raw, line, lambda doc: check_scoring_request(doc, models))
+    if not isinstance(checked, tuple):
+        return checked
+    doc, custom_id, request = checked
     body = doc["body"]
     first = "query" if request.route == RERANK else "text_1"
     if first not in body:
@@ -193,10 +187,9 @@ def scores_of(route: str, answer: Any, count: int) -> tuple[list[float], int | N
         index = item.get("index") if isinstance(item, dict) else None
         score = item.get(value) if isinstance(item, dict) else None
         if (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count or scores[index] is not None
-                or isinstance(score, bool) or not isinstance(score, int | float)):  # fmt: skip
-            raise ValueError(
-                f"{route}: an item of {key} is not a new index below {count} with a numeric {value}"
-            )
+                or isinstance(score, bool) or not isinstance(score, int | float)
+                or not abs(score) <= FLOAT32_MAX):  # fmt: skip  (NaN, infinities and what float32 cannot hold too)
+            raise ValueError(f"{route}: an item of {key} is not a new index below {count} with a float32 {value}")
         scores[index] = float(score)
     usage = answer.get("usage")
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
