@@ -180,3 +180,35 @@ def test_keda_wakes_the_service_on_the_wake_query_and_idles_for_the_bound() -> N
     assert wake["metadata"]["query"] == f"sum({WAKE['prometheus']['query']})" and wake["metadata"]["activationThreshold"] == "0"
     plain = scaled_object({"minReplicas": 1})["spec"]
     assert "cooldownPeriod" not in plain and [t["name"] for t in plain["triggers"]] == ["waiting"]  # renders as before
+
+
+# ---- in the simulator ------------------------------------------------------------------------------------------
+
+
+def test_the_simulator_takes_an_idle_service_to_zero_and_holds_the_waking_requests_at_the_front() -> None:
+    """The operator's own zero.py in simulate: 10 min of load, 30 min idle, 10 min of load. With zero the service
+    has no replica through most of the idle stretch, the first requests after it wait for a start-up at the front
+    (their minute is missed), and it holds fewer GPU-minutes; without zero it keeps one replica."""
+    from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
+    from pooling_operator.autoscaling.simulator.simulate import setup_for, simulate
+    from pooling_operator.autoscaling.simulator.trace import parse_trace
+
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,5,16\n600,0,16\n2400,5,16\n2940,5,16\n")
+    params = ServiceParams(startup_s=60.0)
+    runs = {}
+    for zero in (True, False):
+        autoscaling: dict[str, Any] = {"minReplicas": 0 if zero else 1, "maxReplicas": 4, "p99Latency": "500ms"}
+        if zero:
+            autoscaling["wake"] = WAKE
+        resource = validate(pooling({"autoscaling": autoscaling})).resource
+        setup = setup_for(resource, None, params, seed=3)
+        runs[zero] = simulate(resource, None, trace, setup)["operator"]
+    with_zero, without = runs[True], runs[False]
+    at_zero = [e for e in with_zero.timeline if e.replicas == 0]
+    # the load ends at 600 s; the idle time is ten 60 s start-ups, and the rate window must empty first
+    assert at_zero and 600 + 600 <= at_zero[0].t <= 600 + 600 + 90, at_zero[:1]
+    woken = next(e for e in with_zero.timeline if e.t > at_zero[0].t and e.replicas > 0)
+    assert 2400 <= woken.t <= 2400 + 15, woken  # the first decision after demand returns
+    assert min(e.replicas for e in without.timeline) == 1
+    assert with_zero.gpu_minutes < without.gpu_minutes - 15  # 50 against ~31: no replica for ~19 of its 50 minutes
+    assert with_zero.slo_minutes_missed > without.slo_minutes_missed  # the cold start costs the waking minute

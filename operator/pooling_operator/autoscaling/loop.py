@@ -15,7 +15,7 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
@@ -40,17 +40,9 @@ from pooling_operator.autoscaling.decide import (
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader, QueryFailed
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.autoscaling.zero import (
-    ZeroState,
-    at_zero,
-    idle_bound,
-    remembered,
-    to_zero_or_back,
-    with_zero,
-)
+from pooling_operator.autoscaling.zero import Wake, ZeroState, decide_or_zero, remembered
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
-from pooling_operator.status.conditions import LIMIT_BUDGET
 from pooling_operator.status.placement import placement_problem
 from pooling_operator.status.startup import typical_seconds
 from pooling_operator.vllm.memory import gpus_held
@@ -260,22 +252,8 @@ class Autoscaler:
         if not s.may_zero:
             return decide(now, r.signals, seen, s.targets, s.state, budget=budget)
         # minReplicas 0: the decision keeps at least one replica; zero.py says when to go to zero and back
-        outcome = to_zero_or_back(
-            now, rfc3339(), r.current, r.ready, completions=r.signals.completions, waiting=r.signals.waiting,
-            in_system=r.signals.in_system, wake=r.wake, wake_error=r.wake_error,
-            bound=idle_bound(s.idle_seconds, seen.startup_seconds), state=s.zero, wake_series=r.wake_series,
-        )  # fmt: skip
-        if r.current == 0:  # no replica, no vLLM series: the wake query alone decides
-            d = at_zero(outcome, s.state, r.signals)
-            if d.desired > 0 and budget is not None and budget.replicas(0) < d.desired:  # the namespace's GPUs
-                held = replace(outcome, desired=0, state=s.zero)  # not woken: the next period asks again
-                d = replace(d, desired=0, limited=True, limited_reason=LIMIT_BUDGET,
-                            limited_message=budget.message(0, d.desired), zero=held)  # fmt: skip
-        else:
-            d = decide(now, r.signals, seen, replace(s.targets, min_replicas=1), s.state, budget=budget)
-            if outcome.desired is not None:
-                d = replace(d, desired=outcome.desired, reason=outcome.reason)
-        return with_zero(d, outcome)
+        wake = Wake(r.wake, r.wake_series, r.wake_error)
+        return decide_or_zero(now, rfc3339(), r.signals, seen, s.targets, s.state, s.zero, wake, s.idle_seconds, budget)
 
     def _owner(self, deployment: dict[str, Any]) -> dict[str, Any] | None:
         key = owning_key(deployment)

@@ -24,8 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pooling_operator.autoscaling.decide import Decision, Signals, State
-from pooling_operator.status.conditions import PROMETHEUS_UNREACHABLE, QUERIES_ANSWERED, WITHIN_BOUNDS
+from pooling_operator.api.policy import AutoscalingTargets as Targets
+from pooling_operator.autoscaling.decide import Budget, Decision, Observed, Signals, State, decide
+from pooling_operator.status.conditions import (
+    LIMIT_BUDGET,
+    PROMETHEUS_UNREACHABLE,
+    QUERIES_ANSWERED,
+    WITHIN_BOUNDS,
+)
 
 IDLE_STARTUPS = 10  # a service goes to zero after this many of its own start-ups without a request ...
 IDLE_FLOOR_SECONDS = 300.0  # ... and never sooner than this (a start-up not yet measured counts as 0)
@@ -148,6 +154,32 @@ def at_zero(outcome: ZeroOutcome, state: State, signals: Signals) -> Decision:
     )  # fmt: skip
 
 
-def with_zero(decision: Decision, outcome: ZeroOutcome) -> Decision:
-    """The decision with what zero.py said of it (its status block and condition)."""
-    return replace(decision, zero=outcome)
+@dataclass(frozen=True)
+class Wake:
+    """One read of the wake query."""
+
+    value: float | None  # the sum over its series; None when it could not be read
+    series: int = 1  # how many series it returned
+    error: str | None = None  # why it could not be read
+
+
+def decide_or_zero(now: float, wall: str, signals: Signals, observed: Observed, targets: Targets, state: State,
+                   zero: ZeroState, wake: Wake, idle_seconds: int | None, budget: Budget | None = None) -> Decision:  # fmt: skip
+    """The decision of a service with minReplicas 0 (the loop's and the simulator's): at zero the wake query's,
+    else decide.decide's with a floor of one replica, which these rules may send to zero."""
+    outcome = to_zero_or_back(
+        now, wall, observed.replicas, observed.ready, completions=signals.completions, waiting=signals.waiting,
+        in_system=signals.in_system, wake=wake.value, wake_error=wake.error,
+        bound=idle_bound(idle_seconds, observed.startup_seconds), state=zero, wake_series=wake.series,
+    )  # fmt: skip
+    if observed.replicas == 0:  # no replica, no vLLM series: the wake query alone decides
+        d = at_zero(outcome, state, signals)
+        if d.desired > 0 and budget is not None and budget.replicas(0) < d.desired:  # the namespace's GPUs
+            held = replace(outcome, desired=0, state=zero)  # not woken: the next period asks again
+            return replace(d, desired=0, limited=True, limited_reason=LIMIT_BUDGET,
+                           limited_message=budget.message(0, d.desired), zero=held)  # fmt: skip
+        return d
+    d = decide(now, signals, observed, replace(targets, min_replicas=1), state, budget=budget)
+    if outcome.desired is not None:
+        d = replace(d, desired=outcome.desired, reason=outcome.reason)
+    return replace(d, zero=outcome)

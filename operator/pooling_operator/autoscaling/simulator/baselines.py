@@ -164,7 +164,8 @@ def keda(scaled_object: Mapping[str, Any], queries: Queries, hpa_sync_seconds: f
     metrics = []
     for trigger in spec.get("triggers") or []:
         meta = trigger.get("metadata") or {}
-        signal = signal_of.get(meta.get("query", ""))
+        # the wake trigger's query is the user's: the simulator knows its value as the front's requests
+        signal = "wake" if trigger.get("name") == "wake" else signal_of.get(meta.get("query", ""))
         if trigger.get("type") != "prometheus" or signal is None:
             raise InputError(f"KEDA trigger {trigger.get('name')!r}: its query is none of the service's queries: {meta.get('query')}")
         metrics.append(Metric(signal, str(trigger.get("metricType", "AverageValue")), float(meta["threshold"]),

@@ -41,11 +41,13 @@ from pooling_operator.autoscaling.simulator.promql import Prometheus
 from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace, arrivals
 from pooling_operator.autoscaling.targets import resolve_targets
+from pooling_operator.autoscaling.zero import Wake, ZeroState, decide_or_zero
 from pooling_operator.builders.services import scaled_object
 from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries, service_queries
 
 POLICIES = ("operator", "hpa-queue", "keda", "oracle")
+WAKE = "wake"  # the value a service's wake query reads: the front's requests (held or in flight)
 DEFAULT_SCRAPE_SECONDS = 15.0
 
 Service = PoolingService | ScoringService
@@ -82,6 +84,8 @@ class Setup:
     seed: int = 0
     initial_replicas: int | None = None  # ready at t = 0; `run` defaults to minReplicas (at least 1)
     routing: Routing = "even"  # how arrivals reach ready replicas (ROUTINGS)
+    zero: bool = False  # minReplicas 0 with a wake query: the operator may go to zero (autoscaling/zero.py)
+    idle_seconds: int | None = None  # scaleToZero.idleSeconds
 
     @property
     def p99_target(self) -> float:
@@ -118,6 +122,7 @@ class Operator:
         self.setup = setup
         self.named = setup.queries.named()
         self.state = State()
+        self.zero = ZeroState()
 
     def start(self, replicas: int) -> None:
         self.state = State(recommendations=((0.0, replicas),))
@@ -126,8 +131,14 @@ class Operator:
         s = self.setup
         # The start-up the operator learns from the pods (status.startup), here the model's own.
         observed = Observed(replicas=current, ready=ready, startup_seconds=s.params.startup_s)
-        d = decide(now, signals_from(dict(values), self.named), observed, s.targets,  # type: ignore[arg-type]
-                   self.state, budget=s.budget(current))
+        signals = signals_from({k: v for k, v in values.items() if k != WAKE}, self.named)  # type: ignore[arg-type]
+        if s.zero:  # the front's requests, held or in flight, are the wake query's value
+            d = decide_or_zero(now, f"{now:.0f}s", signals, observed, s.targets, self.state, self.zero,
+                               Wake(values.get(WAKE)), s.idle_seconds, s.budget(current))  # fmt: skip
+            assert d.zero is not None
+            self.zero = d.zero.state
+        else:
+            d = decide(now, signals, observed, s.targets, self.state, budget=s.budget(current))
         self.state = d.state
         return d.desired
 
@@ -359,7 +370,11 @@ class ServiceRun:
         tick = t >= self._next_tick
         if tick:
             current = sum(q.removed_at is None for q in pods)
-            desired = self.policy.replicas(t, current, len(serving), self._prometheus.evaluate(t))
+            values = dict(self._prometheus.evaluate(t))
+            # what a front in front of the replicas (the KEDA HTTP add-on's interceptor) counts: requests it holds
+            # while none is ready, and those in flight through it
+            values[WAKE] = float(len(front) + sum(q.replica.in_flight for q in serving))
+            desired = self.policy.replicas(t, current, len(serving), values)
             if desired != current:
                 self._resize(t, desired)
                 self._max_replicas = max(self._max_replicas, desired)
@@ -401,8 +416,11 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     targets = resolve_targets(resource, policy)
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
+    a = resource.spec.autoscaling
+    zero = targets.min_replicas == 0 and a.wake is not None
+    idle = a.scale_to_zero.idle_seconds if a.scale_to_zero is not None else None
     return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_held(resource.spec.resources),
-                 scrape_interval, seed, initial_replicas, routing)
+                 scrape_interval, seed, initial_replicas, routing, zero, idle)
 
 
 def _oracle(setup: Setup, trace: Trace) -> Oracle:
