@@ -42,12 +42,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from pooling_operator.api.policy import STEP_PERIOD_SECONDS
 from pooling_operator.api.policy import AutoscalingTargets as Targets
 from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling import ahead
+from pooling_operator.autoscaling.zero_state import ZeroOutcome
 from pooling_operator.status.conditions import (
     LIMIT_BUDGET,
     LIMIT_MAX,
@@ -59,9 +59,6 @@ from pooling_operator.status.conditions import (
     QUERIES_ANSWERED,
     WITHIN_BOUNDS,
 )
-
-if TYPE_CHECKING:
-    from pooling_operator.autoscaling.zero import ZeroOutcome
 
 PERIOD_SECONDS = 15  # how often the operator decides (the HPA sync period)
 TARGET_UTILIZATION = 0.8  # share of the learned capacity a replica is planned to run at

@@ -40,7 +40,8 @@ from pooling_operator.autoscaling.decide import (
 from pooling_operator.autoscaling.prometheus import Endpoint, PrometheusReader, QueryFailed
 from pooling_operator.autoscaling.scale import clear_status, write_scale, write_status
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.autoscaling.zero import Wake, ZeroState, decide_or_zero, remembered
+from pooling_operator.autoscaling.zero import Wake, decide_or_zero, remembered
+from pooling_operator.autoscaling.zero_state import ZeroState
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem

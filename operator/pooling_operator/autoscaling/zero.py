@@ -26,6 +26,7 @@ from typing import Any
 
 from pooling_operator.api.policy import AutoscalingTargets as Targets
 from pooling_operator.autoscaling.decide import Budget, Decision, Observed, Signals, State, decide
+from pooling_operator.autoscaling.zero_state import ZeroOutcome, ZeroState
 from pooling_operator.status.conditions import (
     LIMIT_BUDGET,
     PROMETHEUS_UNREACHABLE,
@@ -49,26 +50,6 @@ def idle_bound(idle_seconds: int | None, startup_seconds: float | None) -> float
     if idle_seconds is not None:
         return float(idle_seconds)
     return max(IDLE_FLOOR_SECONDS, IDLE_STARTUPS * (startup_seconds or 0.0))
-
-
-@dataclass(frozen=True)
-class ZeroState:
-    """Carried between periods, per service."""
-
-    idle_since: float | None = None  # clock time the current idle stretch began
-    since: str | None = None  # RFC 3339 time the service went to zero (while at zero, and after, for status)
-    woke_at: float | None = None  # clock time of the last wake, until its first replica is Ready
-    last_wake: dict[str, Any] | None = None  # {at, by, firstReadySeconds} of the last wake
-
-
-@dataclass(frozen=True)
-class ZeroOutcome:
-    desired: int | None  # the replica count to set instead of the decision's; None: the decision stands
-    reason: str
-    state: ZeroState
-    at_zero: bool  # the condition ScaledToZero: True while the service has (or is sent to) zero replicas
-    condition_reason: str
-    status: dict[str, Any]  # status.autoscaling.scaledToZero
 
 
 def _idle(ready: int, completions: float | None, waiting: float | None, in_system: float | None, wake: float | None) -> bool:

@@ -41,7 +41,8 @@ from pooling_operator.autoscaling.simulator.promql import Prometheus
 from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace, arrivals
 from pooling_operator.autoscaling.targets import resolve_targets
-from pooling_operator.autoscaling.zero import Wake, ZeroState, decide_or_zero
+from pooling_operator.autoscaling.zero import Wake, decide_or_zero
+from pooling_operator.autoscaling.zero_state import ZeroState
 from pooling_operator.builders.services import scaled_object
 from pooling_operator.vllm.memory import gpus_held
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, Queries, service_queries

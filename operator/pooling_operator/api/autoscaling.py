@@ -1,0 +1,182 @@
+"""The autoscaling part of a service's spec and status: the targets, steps and bounds a PoolingService or
+ScoringService scales by (AutoscalingSpec), the wake signal and idle time of scale to zero, and what the
+autoscaler reports (AutoscalingStatus). Split from api/services.py, which re-exports them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from pooling_operator.api import messages as M
+from pooling_operator.api.cel import cel, validations
+from pooling_operator.api.schema import Duration, Name, Spec
+
+Backend = Literal["operator", "keda"]
+
+
+class ScaleBehavior(Spec):
+    """How fast replicas change in one direction. Unset fields take the policy's defaults, then the operator's:
+    scale-up 0 s and 4 replicas or doubling per 15 s, whichever is more; scale-down 300 s and 1 replica per
+    15 s, except that after a clear fall in demand, sustained for one start-up (status.startup.typicalSeconds),
+    replicas go straight to what demand needs (never sooner than the policy's
+    limits.minScaleDownStabilizationSeconds). A value set here, even the default's, is always honoured."""
+
+    stabilization_seconds: int | None = Field(
+        default=None, ge=0, le=3600,
+        description="Look-back window whose most conservative recommendation wins (unset: see scaleUp/scaleDown).",
+    )
+    max_step: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="Most replicas added or removed per 15 s (unset scale-up: 4 or doubling, whichever is more).",
+    )
+
+
+class PolicyRef(Spec):
+    """A reference to a cluster-scoped AutoscalingPolicy."""
+
+    name: Name = Field(description="Name of the AutoscalingPolicy.")
+
+
+
+
+class PrometheusWakeSpec(Spec):
+    """Demand for the service read from Prometheus: a series that exists while no pod of the service runs."""
+
+    query: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="PromQL whose value is the demand waiting for or arriving at this service, read while it has "
+        "no replica (and, at its replicas' idle time, as requests still pending): the KEDA HTTP add-on "
+        "interceptor's pending requests for its host, an ingress or gateway's request rate for the route, a "
+        "queue's length. A value above 0 wakes the service; no series reads as 0; Prometheus unreachable holds.",
+    )
+
+
+class WakeSpec(Spec):
+    """The demand signal that outlives the pods (vLLM's own metrics vanish with the last one)."""
+
+    prometheus: PrometheusWakeSpec = Field(description=PrometheusWakeSpec.__doc__)
+
+
+class ScaleToZeroSpec(Spec):
+    """When an idle service gives up its last replica."""
+
+    idle_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=7 * 86400,
+        description="Seconds without a completed request, a waiting one or wake demand before the last replica "
+        "goes. Default: ten of the service's start-ups (status.startup.typicalSeconds), at least 300 s: the next "
+        "request pays one start-up, so zero must save many.",
+    )
+
+
+class AutoscalingSpec(Spec):
+    """Scale on what users feel: requests in the system and arrivals against the learned capacity of a
+    replica, queue depth and p99 latency, read from Prometheus. Deployment replicas are then owned by the
+    autoscaler (the /scale subresource), never by the operator's apply."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas", M.MIN_LE_MAX_REPLICAS, ".minReplicas"),
+            cel(
+                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || "
+                "(has(self.backend) && self.backend == 'keda')",
+                M.MIN_REPLICAS_ZERO,
+                ".minReplicas",
+            ),
+            cel("!has(self.scaleToZero) || (has(self.minReplicas) && self.minReplicas == 0)", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO,
+                ".scaleToZero"),
+        )
+    )
+
+    min_replicas: int = Field(
+        default=1, ge=0, le=1000,
+        description="Fewest replicas. Default 1; 0 with a wake signal (wake.prometheus.query), or with backend keda "
+        "and an external trigger.",
+    )
+    max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
+    queue_depth_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        le=100000,
+        description="Target of vllm:num_requests_waiting per ready replica. Default: the policy's, else 16.",
+    )
+    p99_latency: Duration | None = Field(
+        default=None,
+        description="Target p99 of end-to-end request latency, a duration such as 250ms or 2s. Default: the "
+        "policy's. Changing it never changes the pods: every service exports the same fine latency buckets.",
+    )
+    window: Duration | None = Field(
+        default=None, description="Rate window of the queries, e.g. 60s. Default: the policy's, else 60s."
+    )
+    scale_up: ScaleBehavior | None = Field(
+        default=None, description="Scale-up behaviour. Default: stabilization 0 s, at most 4 replicas or doubling per 15 s, "
+        "whichever is more."
+    )
+    scale_down: ScaleBehavior | None = Field(
+        default=None, description="Scale-down behaviour. Default: stabilization 300 s, at most 1 replica per 15 s; once demand "
+        "has clearly fallen for one start-up (status.startup.typicalSeconds), straight to what it needs."
+    )
+    policy_ref: PolicyRef | None = Field(
+        default=None, description="The AutoscalingPolicy to follow. Default: the policy marked default."
+    )
+    backend: Backend = Field(
+        default="operator",
+        description="operator (the built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
+    )
+    wake: WakeSpec | None = Field(default=None, description=WakeSpec.__doc__ + " Needed for minReplicas 0.")
+    scale_to_zero: ScaleToZeroSpec | None = Field(default=None, description=ScaleToZeroSpec.__doc__ + " minReplicas 0 only.")
+
+
+# ---- status ---------------------------------------------------------------------------------------------
+
+
+class WakeStatus(Spec):
+    """The last wake from zero."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    at: str | None = Field(default=None, description="When the autoscaler asked for a replica again.")
+    by: str | None = Field(default=None, description="What woke it (the wake query's value).")
+    first_ready_seconds: float | None = Field(
+        default=None, description="Seconds from the wake to the first Ready replica, at the autoscaler's period."
+    )
+
+
+class ScaledToZeroStatus(Spec):
+    """A service with minReplicas 0: when it went to zero and what woke it last (condition ScaledToZero: at zero now)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    since: str | None = Field(default=None, description="When the service last went to zero replicas.")
+    last_wake: WakeStatus | None = Field(default=None, description=WakeStatus.__doc__)
+
+
+class AutoscalingStatus(Spec):
+    """The autoscaler's last decision and the signals it read (observed values)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    desired_replicas: int | None = Field(default=None, description="Replicas the autoscaler wants.")
+    current_replicas: int | None = Field(default=None, description="Replicas of the Deployment when it decided.")
+    ready_replicas: int | None = Field(default=None, description="Replicas serving and reporting metrics.")
+    queue_depth: float | None = Field(default=None, description="Waiting requests per ready replica.")
+    arrival_rate: float | None = Field(default=None, description="Estimated arrivals, requests per second.")
+    expected_arrival_rate: float | None = Field(
+        default=None, description="Arrivals expected one start-up ahead, when a clear rise is planned for (requests per second)."
+    )
+    capacity_per_replica: float | None = Field(
+        default=None, description="Learned requests per second one replica serves at the current request size."
+    )
+    requests_in_system: float | None = Field(
+        default=None, description="Mean requests in the system (Little's law: rate of the latency sum)."
+    )
+    p99_latency_seconds: float | None = Field(default=None, description="Observed p99 latency, seconds.")
+    recommendations: dict[str, int] | None = Field(
+        default=None, description="Replicas each signal recommended; the largest wins."
+    )
+    last_scale_time: str | None = Field(default=None, description="When the autoscaler last changed replicas.")
+    scaled_to_zero: ScaledToZeroStatus | None = Field(default=None, description=ScaledToZeroStatus.__doc__)
+    reason: str | None = Field(default=None, description="Why the last decision was taken.")

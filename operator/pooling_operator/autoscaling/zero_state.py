@@ -1,0 +1,27 @@
+"""What scale to zero carries between periods and says of one (autoscaling/zero.py decides; decide.Decision
+holds the outcome; scale.py writes it). Pure data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ZeroState:
+    """Carried between periods, per service."""
+
+    idle_since: float | None = None  # clock time the current idle stretch began
+    since: str | None = None  # RFC 3339 time the service went to zero (while at zero, and after, for status)
+    woke_at: float | None = None  # clock time of the last wake, until its first replica is Ready
+    last_wake: dict[str, Any] | None = None  # {at, by, firstReadySeconds} of the last wake
+
+
+@dataclass(frozen=True)
+class ZeroOutcome:
+    desired: int | None  # the replica count to set instead of the decision's; None: the decision stands
+    reason: str
+    state: ZeroState
+    at_zero: bool  # the condition ScaledToZero: True while the service has (or is sent to) zero replicas
+    condition_reason: str
+    status: dict[str, Any]  # status.autoscaling.scaledToZero
