@@ -2,7 +2,9 @@
 scraping the real ``/metrics`` of each Ready pod, a load step from a client that routes as kube-proxy would
 (e2e/podrunner/traffic.py: the Service's EndpointSlices, mapped to local ports through the runner's records), 1 -> 2
 replicas, then back to 1 under a light load that keeps flowing through the drain. Nothing may be lost: the
-client never retries, so every non-200 answer and every connection error counts.
+client never retries, so every non-200 answer and every connection error counts. Then scale to zero on the same
+service: turned to minReplicas 0 with a wake query on a stand-in front, idle it goes to 0 and the front's demand
+brings a replica back that answers as the one before it.
 
 Phases are printed with their times. The module holds both of the server pool's slots: its two replicas are the
 only vLLM processes running while it does.
@@ -10,12 +12,15 @@ only vLLM processes running while it does.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from e2e.harness.poll import wait_for
@@ -24,7 +29,8 @@ from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
 from e2e.podrunner.kubelet import OWN_CORE_ANNOTATION
 from e2e.podrunner.runner_process import EAGER_ARGS, SMALL_SERVER_RESOURCES, PodRunner
-from e2e.podrunner.traffic import RunnerTargets, SliceClient
+from e2e.podrunner.traffic import RunnerTargets, SliceClient, _local_port
+from e2e.standin.front import StandinFront
 from e2e.tests.operator.real_vllm.conftest import Deployer
 from e2e.tests.operator.real_vllm.pool import slot
 from e2e.tests.operator.real_vllm.test_embeddings import minilm as embeddings_minilm
@@ -92,6 +98,64 @@ def diagnosis(cluster: ControlPlane, prometheus: PrometheusServer, ns: str, clie
             f"(first: {client.lost(since)[:1]})")
 
 
+ZERO_IDLE_SECONDS = 30
+
+
+def embed_once(pod_runner: PodRunner, ns: str, pod: str) -> list[float]:
+    port = _local_port(pod_runner, ns, pod)
+    assert port is not None, pod
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"model": "minilm", "input": [TEXT]}, timeout=120)
+    assert r.status_code == 200, r.text[:300]
+    return r.json()["data"][0]["embedding"]
+
+
+def to_zero_and_back(cluster: ControlPlane, pod_runner: PodRunner, prometheus: PrometheusServer, client: SliceClient,
+                     ns: str, phase: Any) -> dict[str, Any]:  # fmt: skip
+    """Scale to zero on real vLLM (issue 47): the same service turned to minReplicas 0 with a wake query on a
+    stand-in of the KEDA HTTP add-on's interceptor. Idle, it goes to 0 replicas; with requests held at the front it
+    gets one again, which answers the first request as the replica before it did; status says how long it took."""
+    [pod] = client.endpoints()
+    before = embed_once(pod_runner, ns, pod)
+    with StandinFront(prometheus, ns, "minilm") as front:
+        front.set(0)
+        stopped = time.monotonic()
+        autoscaling = {"minReplicas": 0, "wake": {"prometheus": {"query": front.query}},
+                       "scaleToZero": {"idleSeconds": ZERO_IDLE_SECONDS}}  # fmt: skip
+        cluster.kubectl("patch", "poolingservice", "minilm", "-n", ns, "--type=merge", "-p",
+                        json.dumps({"spec": {"autoscaling": autoscaling}}))  # fmt: skip
+        wait_for(lambda: replicas(cluster, ns) == 0, timeout=ZERO_IDLE_SECONDS + 90, what="0 replicas after the idle time",
+                 interval=0.5)  # fmt: skip
+        to_zero = time.monotonic() - stopped
+        phase("scaled to 0 (idle)")
+        wait_for(lambda: not pods(cluster, ns), timeout=120, what="the last pod gone")
+        front.set(1)  # one request held at the front
+        woke = time.monotonic()
+        wait_for(lambda: replicas(cluster, ns) == 1, timeout=30, what="a replica asked for on the front's demand", interval=0.5)
+        phase("woken: 1 replica asked for")
+        wait_for(lambda: len(client.endpoints()) == 1, timeout=300, what="the woken replica Ready and in the slice")
+        woken = time.monotonic() - woke
+        phase("woken replica Ready")
+        [pod] = client.endpoints()
+        after = embed_once(pod_runner, ns, pod)
+        front.set(0)
+
+        def said() -> dict[str, Any] | None:
+            obj = cluster.api.get(f"/apis/vllm-pooling.io/v1alpha1/namespaces/{ns}/poolingservices/minilm")  # type: ignore[union-attr]
+            status = obj.get("status") or {}
+            wake = ((status.get("autoscaling") or {}).get("scaledToZero") or {}).get("lastWake") or {}
+            return status if "firstReadySeconds" in wake else None
+
+        status = wait_for(said, timeout=60, what="status saying how long the wake took")
+    cosine = sum(a * b for a, b in zip(before, after, strict=True)) / math.sqrt(
+        sum(a * a for a in before) * sum(b * b for b in after))
+    assert cosine >= 0.99999, cosine
+    wake = status["autoscaling"]["scaledToZero"]["lastWake"]
+    assert wake["by"] == "the wake query read 1" and 0 < wake["firstReadySeconds"] <= woken + 5, (wake, woken)
+    assert status["startup"]["lastSeconds"] > 0, status["startup"]
+    return {"to_zero": to_zero, "woken": woken, "first_ready": wake["firstReadySeconds"],
+            "startup": status["startup"]["lastSeconds"], "cosine": cosine}
+
+
 def test_the_operator_scales_real_vllm_up_on_a_load_step_and_drains_it_down_losing_nothing(
     cluster: ControlPlane, operator: OperatorProcess, pod_runner: PodRunner, module_namespace: str,
     prometheus: PrometheusServer,
@@ -155,6 +219,8 @@ def test_the_operator_scales_real_vllm_up_on_a_load_step_and_drains_it_down_losi
         wait_for(lambda: sum(client.served(after).values()) >= 10, timeout=60, what="the light load still answered")
         client.stop_load()
         phase("load stopped")
+        closed_changes = list(client.changes)  # the closed loop's; the zero phase below adds its own
+        zero = to_zero_and_back(cluster, pod_runner, prometheus, client, ns, phase)
     finally:
         client.stop()
         targets.stop()
@@ -173,5 +239,9 @@ def test_the_operator_scales_real_vllm_up_on_a_load_step_and_drains_it_down_losi
     assert not lost_all, f"lost: {lost_all[:5]}"
     assert len(served) == 2 and all(n > 0 for n in served.values()), served
     # the slice dropped the removed pod before it stopped answering: it was deleted after the scale-down write
-    assert [len(p) for _, p in client.changes][-2:] == [2, 1], client.changes
+    assert [len(p) for _, p in closed_changes][-2:] == [2, 1], closed_changes
     assert total <= END_TO_END_LIMIT, f"the closed loop took {total:.0f} s (limit {END_TO_END_LIMIT:.0f} s)"
+    print(f"scale to zero: idle -> 0 replicas {zero['to_zero']:.1f} s after the load stopped (idleSeconds "
+          f"{ZERO_IDLE_SECONDS}); front demand -> Ready {zero['woken']:.1f} s; status: firstReadySeconds "
+          f"{zero['first_ready']}, startup.lastSeconds {zero['startup']}; the first answer after the wake equals the "
+          f"last before it (cosine {zero['cosine']:.7f})")
