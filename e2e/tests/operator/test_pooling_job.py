@@ -5,6 +5,7 @@ the pods, and the output claim left alone on deletion. The driver and real vLLM:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -68,16 +69,19 @@ def test_pooling_job_runs_to_success(cluster: ControlPlane, operator: OperatorPr
 
     table = cluster.kubectl("get", "poolingjobs", "-n", namespace, "-o", "wide").stdout.splitlines()
     header, row = table[0].split(), table[1].split()
-    assert header[:8] == ["NAME", "MODEL", "TASK", "READY", "SHARDS", "DONE", "INPUTS", "FAILED"], header
+    assert header[:9] == ["NAME", "MODEL", "TASK", "MODE", "READY", "SHARDS", "DONE", "INPUTS", "FAILED"], header
+    # MODE is blank for a pooling task (a scoring job's column): the split row has no word for it
     assert row[:8] == ["corpus", "sentence-transformers/all-MiniLM-L6-v2", "embed", "True", "2", "2", "21", "1"], row
+    starts = [m.start() for m in re.finditer(r"\S+", table[0])]  # each header word's column, whole words only
+
     def cell(name: str) -> str:  # by the header's offsets: empty cells leave no word to split on
-        start = table[0].index(name)
-        end = min((table[0].index(h, start + 1) for h in header if table[0].find(h, start + 1) > start), default=None)
-        return table[1][start:end].strip()
+        i = header.index(name)
+        return table[1][starts[i] : starts[i + 1] if i + 1 < len(starts) else None].strip()
 
     # the Batch-file columns of -o wide, blank for a job that leaves the defaults (jsonl, [safetensors]) unset:
     # the CRD writes no default into what the user applied
     assert header[-3:-1] == ["FORMAT", "OUTPUTS"] and (cell("FORMAT"), cell("OUTPUTS")) == ("", ""), table
+    assert cell("MODE") == "", table
     assert "plj" in cluster.kubectl("api-resources", "--categories=pooling").stdout
 
     cluster.kubectl("delete", "plj/corpus", "-n", namespace, "--wait=true")
