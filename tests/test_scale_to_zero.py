@@ -10,15 +10,18 @@ from typing import Any
 import pytest
 
 from pooling_operator.api import messages as M
-from pooling_operator.autoscaling.decide import Signals, State
+from pooling_operator.autoscaling.decide import Budget, Observed, Signals, State
 from pooling_operator.autoscaling.scale import autoscaling_status, decision_conditions
+from pooling_operator.autoscaling.targets import resolve_targets
 from pooling_operator.autoscaling.zero import (
     HELD,
     IDLE,
     SERVING,
     WOKEN,
+    Wake,
     ZeroState,
     at_zero,
+    decide_or_zero,
     idle_bound,
     remembered,
     to_zero_or_back,
@@ -130,17 +133,31 @@ def test_after_a_restart_status_is_remembered() -> None:
     assert remembered(validate(pooling()).resource) == ZeroState()
 
 
+def test_a_wake_the_namespace_gpu_budget_cannot_hold_waits_at_zero_and_says_why() -> None:
+    gone = step(300, 1, 1, step(0, 1, 1, ZeroState()).state).state
+    targets = resolve_targets(validate(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": WAKE}})).resource, None)  # type: ignore[arg-type]
+    d = decide_or_zero(330, "t330", Signals(), Observed(replicas=0), targets, State(), gone, Wake(2.0), None,
+                       Budget(limit=4, held=4, per_replica=1))  # fmt: skip
+    assert d.desired == 0 and d.limited and d.limited_reason == C.LIMIT_BUDGET
+    assert d.zero is not None and d.zero.state == gone, "not woken: nothing of a wake is remembered"
+    assert (d.zero.at_zero, d.zero.condition_reason) == (True, IDLE) and d.zero.status == {"since": "t300"}
+    assert "GPU budget" in d.reason
+    roomy = decide_or_zero(330, "t330", Signals(), Observed(replicas=0), targets, State(), gone, Wake(2.0), None,
+                           Budget(limit=4, held=3, per_replica=1))  # fmt: skip
+    assert roomy.desired == 1 and not roomy.limited
+
+
 def test_at_zero_an_unreadable_wake_query_holds_at_zero() -> None:
     out = step(0, 0, 0, ZeroState(), wake=None, wake_error="no connection to http://prometheus:9090 within 5s")
     assert (out.desired, out.at_zero, out.condition_reason) == (0, True, HELD)
-    d = at_zero(out, State(), Signals())
+    d = at_zero(out, State())
     assert not d.metrics_available and d.metrics_reason == C.PROMETHEUS_UNREACHABLE
     assert "no connection to http://prometheus:9090" in d.metrics_message
 
 
 def test_status_and_the_condition_say_it() -> None:
     gone = step(300, 1, 1, step(0, 1, 1, ZeroState()).state)
-    d = at_zero(step(315, 0, 0, gone.state), State(), Signals())
+    d = at_zero(step(315, 0, 0, gone.state), State())
     assert autoscaling_status(d, 0, 0, "2026-12-04T10:00:00Z")["scaledToZero"] == {"since": "t300"}
     [*_, zero] = decision_conditions(d, 3)
     assert (zero["type"], zero["status"], zero["reason"]) == ("ScaledToZero", "True", IDLE)

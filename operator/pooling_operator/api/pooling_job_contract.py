@@ -93,3 +93,8 @@ def vector_dtype(engine_dtype: str | None) -> str:
     written as is; ``auto`` (whose width depends on the model and the device) is written as float32, which
     holds every value vLLM computes in float16, bfloat16 or float32 exactly."""
     return {"float16": "float16", "bfloat16": "bfloat16"}.get(engine_dtype or "auto", "float32")
+
+
+def rows_dtype(engine_dtype: str | None, mode: str | None) -> str:
+    """What a job's part files hold: vectors in ``vector_dtype``, or a scoring job's (``mode``) scores, SCORE_DTYPE."""
+    return SCORE_DTYPE if mode is not None else vector_dtype(engine_dtype)

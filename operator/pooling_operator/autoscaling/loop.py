@@ -122,9 +122,7 @@ class Read:
     ready: int
     unschedulable: str | None
     signals: Signals | None
-    wake: float | None = None  # the wake query's value (a service that may go to zero)
-    wake_series: int = 0  # the series it summed
-    wake_error: str | None = None
+    wake: Wake | None = None  # the wake query's read (a service that may go to zero)
 
 
 class Autoscaler:
@@ -253,8 +251,8 @@ class Autoscaler:
         if not s.may_zero:
             return decide(now, r.signals, seen, s.targets, s.state, budget=budget)
         # minReplicas 0: the decision keeps at least one replica; zero.py says when to go to zero and back
-        wake = Wake(r.wake, r.wake_series, r.wake_error)
-        return decide_or_zero(now, rfc3339(), r.signals, seen, s.targets, s.state, s.zero, wake, s.idle_seconds, budget)
+        assert r.wake is not None
+        return decide_or_zero(now, rfc3339(), r.signals, seen, s.targets, s.state, s.zero, r.wake, s.idle_seconds, budget)
 
     def _owner(self, deployment: dict[str, Any]) -> dict[str, Any] | None:
         key = owning_key(deployment)
@@ -278,23 +276,21 @@ class Autoscaler:
         pods = self.cache.pods_of((s.kind, s.namespace, s.name))
         placement = placement_problem(deployment, pods)
         signals = await self._signals(s) if s.decides else None
-        wake, series, wake_error = await self._wake(s) if s.may_zero else (None, 0, None)
+        wake = await self._wake(s) if s.may_zero else None
         return Read(
             service=s, body=body, current=int(deployment["spec"].get("replicas", 1)),
             ready=int((deployment.get("status") or {}).get("readyReplicas", 0)),
-            unschedulable=placement.message if placement else None, signals=signals, wake=wake, wake_series=series,
-            wake_error=wake_error,
+            unschedulable=placement.message if placement else None, signals=signals, wake=wake,
         )
 
-    async def _wake(self, s: Tracked) -> tuple[float | None, int, str | None]:
+    async def _wake(self, s: Tracked) -> Wake:
         """The wake query's value and the series it summed, or why it has none."""
         assert s.wake_query is not None
         try:
             reader = await self._reader(s)
-            value, series = await reader.total(s.wake_query)
-            return value, series, None
+            return Wake(*await reader.total(s.wake_query))
         except (ApiError, QueryFailed) as exc:
-            return None, 0, str(exc)
+            return Wake(None, 0, str(exc))
 
     async def _signals(self, s: Tracked) -> Signals:
         try:

@@ -65,15 +65,6 @@ def _idle(ready: int, completions: float | None, waiting: float | None, in_syste
     return completions <= 0 and waiting <= 0 and (in_system or 0.0) < IN_SYSTEM_IDLE and wake <= 0
 
 
-def _status(state: ZeroState) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if state.since is not None:
-        out["since"] = state.since
-    if state.last_wake is not None:
-        out["lastWake"] = dict(state.last_wake)
-    return out
-
-
 def to_zero_or_back(
     now: float, wall: str, current: int, ready: int, *, completions: float | None, waiting: float | None,
     in_system: float | None, wake: float | None, wake_error: str | None, bound: float, state: ZeroState,
@@ -87,13 +78,13 @@ def to_zero_or_back(
         if wake is None:
             s = replace(state, idle_since=None)
             return ZeroOutcome(0, f"holding at 0 replicas: the wake query could not be read ({wake_error})", s, True,
-                               HELD, _status(s))  # fmt: skip
+                               HELD)  # fmt: skip
         if wake > 0:
             by = f"the wake query read {wake:g}"
             s = replace(state, idle_since=None, woke_at=now, last_wake={"at": wall, "by": by})
-            return ZeroOutcome(1, f"woken from 0 replicas: {by}", s, False, WOKEN, _status(s))
+            return ZeroOutcome(1, f"woken from 0 replicas: {by}", s, False, WOKEN)
         said = "reads 0" if wake_series else "returned no series, read as 0: check its labels if demand is expected"
-        return ZeroOutcome(0, f"at 0 replicas: no demand (the wake query {said})", state, True, IDLE, _status(state))
+        return ZeroOutcome(0, f"at 0 replicas: no demand (the wake query {said})", state, True, IDLE)
     s = state
     if s.woke_at is not None and ready >= 1:  # the first replica after a wake is Ready
         wake_info = dict(s.last_wake or {})
@@ -101,14 +92,14 @@ def to_zero_or_back(
         s = replace(s, woke_at=None, last_wake=wake_info)
     if not _idle(ready, completions, waiting, in_system, wake):
         s = replace(s, idle_since=None)
-        return ZeroOutcome(None, "", s, False, WOKEN if s.woke_at is not None else SERVING, _status(s))
+        return ZeroOutcome(None, "", s, False, WOKEN if s.woke_at is not None else SERVING)
     started = s.idle_since if s.idle_since is not None else now
     s = replace(s, idle_since=started)
     if now - started >= bound and current == 1:
         s = replace(s, idle_since=None, since=wall, woke_at=None)
         return ZeroOutcome(0, f"scaled to 0 replicas: idle for {now - started:.0f} s (the bound is {bound:.0f} s)", s, True,
-                           IDLE, _status(s))  # fmt: skip
-    return ZeroOutcome(None, "", s, False, SERVING, _status(s))
+                           IDLE)  # fmt: skip
+    return ZeroOutcome(None, "", s, False, SERVING)
 
 
 def remembered(resource: Any) -> ZeroState:
@@ -122,7 +113,7 @@ def remembered(resource: Any) -> ZeroState:
     return ZeroState(since=zero.since, last_wake=wake or None)
 
 
-def at_zero(outcome: ZeroOutcome, state: State, signals: Signals) -> Decision:
+def at_zero(outcome: ZeroOutcome, state: State) -> Decision:
     """The decision of a service with no replica: the wake query's (vLLM's series are gone with the pods)."""
     assert outcome.desired is not None
     answered = outcome.condition_reason != HELD
@@ -154,10 +145,12 @@ def decide_or_zero(now: float, wall: str, signals: Signals, observed: Observed, 
         bound=idle_bound(idle_seconds, observed.startup_seconds), state=zero, wake_series=wake.series,
     )  # fmt: skip
     if observed.replicas == 0:  # no replica, no vLLM series: the wake query alone decides
-        d = at_zero(outcome, state, signals)
+        d = at_zero(outcome, state)
         if d.desired > 0 and budget is not None and budget.replicas(0) < d.desired:  # the namespace's GPUs
-            held = replace(outcome, desired=0, state=zero)  # not woken: the next period asks again
-            return replace(d, desired=0, limited=True, limited_reason=LIMIT_BUDGET,
+            why = f"held at 0 replicas: {budget.message(0, d.desired)}"
+            # not woken (its state unchanged): still at zero, and the next period asks again
+            held = replace(outcome, desired=0, reason=why, state=zero, at_zero=True, condition_reason=IDLE)
+            return replace(d, desired=0, reason=why, limited=True, limited_reason=LIMIT_BUDGET,
                            limited_message=budget.message(0, d.desired), zero=held)  # fmt: skip
         return d
     d = decide(now, signals, observed, replace(targets, min_replicas=1), state, budget=budget)

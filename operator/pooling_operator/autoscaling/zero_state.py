@@ -24,4 +24,13 @@ class ZeroOutcome:
     state: ZeroState
     at_zero: bool  # the condition ScaledToZero: True while the service has (or is sent to) zero replicas
     condition_reason: str
-    status: dict[str, Any]  # status.autoscaling.scaledToZero
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """status.autoscaling.scaledToZero, from the state: when it went to zero, and the last wake."""
+        out: dict[str, Any] = {}
+        if self.state.since is not None:
+            out["since"] = self.state.since
+        if self.state.last_wake is not None:
+            out["lastWake"] = dict(self.state.last_wake)
+        return out

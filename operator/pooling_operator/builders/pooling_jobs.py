@@ -12,7 +12,7 @@ from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, SCORE_DTYPE, vector_dtype
+from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, rows_dtype
 from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
@@ -90,7 +90,7 @@ def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]
         "--model", w.served_name,
         *work_args(resource),
         "--batch-size", str(spec.batch_size),
-        "--dtype", vector_dtype(spec.engine.dtype) if spec.mode is None else SCORE_DTYPE,
+        "--dtype", rows_dtype(spec.engine.dtype, spec.mode),
         "--run-info", run_info(resource, w, argv),
     ]  # fmt: skip
     budget = shard_budget_bytes(resource)

@@ -13,8 +13,7 @@ from pooling_operator.api.pooling_job_contract import (
     CHECKED,
     OPENAI_BATCH,
     PROGRESS_LINES,
-    SCORE_DTYPE,
-    vector_dtype,
+    rows_dtype,
 )
 from pooling_operator.status.jobs import common_job_status, storage_status
 from pooling_operator.status.queue import QueueObserved
@@ -52,7 +51,7 @@ def pooling_job_status(
     if lines:
         checked = sum(1 for p in progress.values() if p.get(hs.PROGRESS_STATE) == CHECKED or _int(p, PROGRESS_LINES))
         status["dataset"] = {"lines": max(lines), "checkedShards": checked}
-    vectors: dict[str, Any] = {"dtype": vector_dtype(spec.engine.dtype) if spec.mode is None else SCORE_DTYPE}
+    vectors: dict[str, Any] = {"dtype": rows_dtype(spec.engine.dtype, spec.mode)}
     dims = {_int(p, hs.PROGRESS_HIDDEN_SIZE) for p in progress.values()} - {0}
     if dims:
         vectors["dimension"] = max(dims)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pooling_operator.api.pooling_job_contract import OPENAI_BATCH
+from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SCORING_ROUTES
 from pooling_operator.pods.shard.dataset import BadLine, Parser, Sample, json_object
 from pooling_operator.pods.vectors.openai_batch import line_problem, parse_request, request_line
 
@@ -163,11 +163,11 @@ def request_body(sample: Sample, model: str, labels: Sequence[int] = (), apply_s
     """The route and body that score one line: every document, in order."""
     documents = list(sample.inputs or ())
     if sample.route == RERANK:
-        return "/rerank", {"model": model, "query": sample.prompt, "documents": documents}
+        return SCORING_ROUTES[RERANK], {"model": model, "query": sample.prompt, "documents": documents}
     if sample.route == SCORE:
-        return "/score", {"model": model, "text_1": sample.prompt, "text_2": documents}
+        return SCORING_ROUTES[SCORE], {"model": model, "text_1": sample.prompt, "text_2": documents}
     assert sample.route == GENERATIVE, sample.route
-    return "/generative_scoring", {"model": model, "query": sample.prompt, "items": documents,
+    return SCORING_ROUTES[GENERATIVE], {"model": model, "query": sample.prompt, "items": documents,
                                    "label_token_ids": list(labels), "apply_softmax": apply_softmax,
                                    "item_first": item_first}  # fmt: skip
 
@@ -176,7 +176,7 @@ def scores_of(route: str, answer: Any, count: int) -> tuple[list[float], int | N
     """The scores of an answer, in document order, and its prompt tokens; ValueError saying what is wrong with
     an answer that is not one score for each of ``count`` documents (/rerank: ``results`` with ``index`` and
     ``relevance_score``, sorted by score; /score and /generative_scoring: ``data`` with ``index`` and ``score``)."""
-    key, value = ("results", "relevance_score") if route == "/rerank" else ("data", "score")
+    key, value = ("results", "relevance_score") if route == SCORING_ROUTES[RERANK] else ("data", "score")
     items = answer.get(key) if isinstance(answer, dict) else None
     if not isinstance(items, list) or len(items) != count:
         raise ValueError(
