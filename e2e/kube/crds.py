@@ -44,6 +44,11 @@ THIRD_PARTY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "config/crd/bases/eventing.keda.sh_clustercloudeventsources.yaml",
         ),
     ),
+    (  # the KEDA HTTP add-on's route (autoscaling.front.kedaHttpAddOn): its newest version the proxy serves
+        "github.com/kedacore/http-add-on",
+        "v0.15.0",
+        ("config/crd/bases/http.keda.sh_interceptorroutes.yaml",),
+    ),
     (
         "github.com/prometheus-operator/prometheus-operator",
         "v0.93.0",

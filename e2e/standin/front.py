@@ -2,7 +2,7 @@
 for one route (v0.16's ``interceptor_request_concurrency{route_name, route_namespace}``, the requests in flight or
 held while the backend wakes; https://keda.sh/http-add-on/0.16/reference/metrics/), served on loopback by
 prometheus_client and published to the test's Prometheus through a file_sd file of its own. The test sets the
-value; nothing is proxied (the add-on's Go module is not served here)."""
+value; nothing is proxied (the interceptor resolves a route's Service by cluster DNS, which this harness has not)."""
 
 from __future__ import annotations
 

@@ -115,6 +115,21 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 600}}}),
         ["spec.autoscaling.scaleToZero", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO],
     ),
+    (
+        "min zero needs a wake signal",
+        pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
+        ["spec.autoscaling.minReplicas", "autoscaling.front.kedaHttpAddOn"],
+    ),
+    (
+        "front hosts a set",
+        pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "front": {"kedaHttpAddOn": {"hosts": ["a.example.com", "a.example.com"]}}}}),
+        ["spec.autoscaling.front.kedaHttpAddOn.hosts", "Duplicate value"],
+    ),
+    (
+        "front host a DNS name",
+        pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "front": {"kedaHttpAddOn": {"hosts": ["A_b.example.com"]}}}}),
+        ["spec.autoscaling.front.kedaHttpAddOn.hosts[0]", "should match"],
+    ),
     ("scoring job space", scoring_job({"embeddingSpace": "v1"}), ["spec.embeddingSpace", M.SCORING_JOB_NO_SPACE]),
     ("scoring job pooling", scoring_job({"pooling": {"type": "CLS"}}), ["spec.pooling", M.POOLING_BIENCODER_ONLY]),
     (
@@ -147,8 +162,11 @@ def test_api_server_rejects(
 def test_valid_factories_are_admitted(cluster: ControlPlane, crds: list[str], namespace: str) -> None:
     woken = pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "scaleToZero": {"idleSeconds": 600},
                                      "wake": {"prometheus": {"query": "sum(interceptor_request_concurrency)"}}}})
+    fronted = pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2,
+                                       "front": {"kedaHttpAddOn": {"hosts": ["a.example.com", "*.b.example.com"], "maxPendingRequests": 50}}}},
+                      name="fronted")  # fmt: skip
     for obj in (pooling(), scoring(), generative(), hidden_states(), policy(name="admission-ok"), pooling_job(),
-                scoring_job(), woken):
+                scoring_job(), woken, fronted):
         res = dry_run(cluster, obj, namespace)
         assert res.returncode == 0, res.stderr
 

@@ -26,7 +26,7 @@ from pooling_operator.pods.model_cache.cli import add_parser as add_model_cache_
 from pooling_operator.pods.vectors.cli import add_parser as add_pooling_job_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.embedding_space import space_clashes
-from pooling_operator.vllm.settings import Settings
+from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR, KEDA_HTTP_SCALER, Settings
 from pooling_operator.vllm.share_rules import SHARE_KINDS
 from pooling_operator.vllm.storage_rules import cache_contradictions, shared_compile_caches
 from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
@@ -45,7 +45,8 @@ def _shard(text: str) -> Any:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint)
+    return Settings(allow_trust_remote_code=args.allow_trust_remote_code, hub_endpoint=args.hub_endpoint,
+                    keda_http_interceptor=args.keda_http_interceptor, keda_http_scaler=args.keda_http_scaler)
 
 
 def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:
@@ -128,7 +129,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 continue
             mount = CacheMount(claim_name(cache), cache_revision(cache))
         ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies),
-                           model_cache=mount)
+                           model_cache=mount, keda_http_scaler=args.keda_http_scaler)
         p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:
             lines.append(f"{resource.kind}/{resource.metadata.namespace or 'default'}/{resource.metadata.name}:")
@@ -232,6 +233,15 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--hub-endpoint", default=None, metavar="URL",
             help="the Hugging Face endpoint a ModelCache's fill Job downloads from, e.g. a mirror (default: huggingface.co)",
+        )
+        sp.add_argument(
+            "--keda-http-interceptor", default=KEDA_HTTP_INTERCEPTOR, metavar="URL",
+            help="the KEDA HTTP add-on's interceptor proxy, published as status.endpoint of a service it fronts "
+            f"(autoscaling.front.kedaHttpAddOn; default {KEDA_HTTP_INTERCEPTOR})",
+        )
+        sp.add_argument(
+            "--keda-http-scaler", default=KEDA_HTTP_SCALER, metavar="HOST:PORT",
+            help=f"the add-on's external scaler, named by a keda backend's external-push trigger (default {KEDA_HTTP_SCALER})",
         )
 
     v = sub.add_parser("validate", help="validate resources offline; one line per problem")

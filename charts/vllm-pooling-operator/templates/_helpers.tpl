@@ -70,6 +70,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
   verbs: [get, list, watch, create, patch, update, delete]
+# The KEDA HTTP add-on's route for a service whose front it is (autoscaling.front.kedaHttpAddOn).
+- apiGroups: [http.keda.sh]
+  resources: [interceptorroutes]
+  verbs: [get, list, watch, create, patch, update, delete]
 # Kueue's view of the jobs with spec.queue (their Queued condition): read only, never written.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads, localqueues]

@@ -62,6 +62,9 @@ def policy(cluster: ControlPlane, prometheus: PrometheusServer) -> Iterator[Any]
         cluster.api.request("DELETE", f"{POLICIES}/{name}")  # type: ignore[union-attr]
 
 
+INTERCEPTOR = "http://keda-add-ons-http-interceptor-proxy.keda:8080"  # the operator's default (--keda-http-interceptor)
+
+
 def autoscaled(namespace: str, name: str, policy: str, **autoscaling: Any) -> dict[str, Any]:
     spec = {
         "autoscaling": {
@@ -396,16 +399,26 @@ def test_an_idle_autoscaled_service_is_quiet(
 def test_an_idle_service_goes_to_zero_stays_there_and_the_fronts_demand_wakes_it(
     cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
 ) -> None:
-    """minReplicas 0 with a wake query on a stand-in of the KEDA HTTP add-on's interceptor (its request-concurrency
-    gauge, exported into the real Prometheus): idle for its 30 s the service goes 1 -> 0, decides to stay at 0
-    while the front holds nothing, and 0 -> 1 once the front holds requests; conditions, events and
+    """minReplicas 0 behind the KEDA HTTP add-on as its front (autoscaling.front.kedaHttpAddOn, no wake query): the
+    operator's InterceptorRoute is admitted by the add-on's own CRD in the real API server, status.endpoint names the
+    interceptor, and the wake signal is the interceptor's request-concurrency series for that route (a stand-in
+    exports it into the real Prometheus). Idle for its 30 s the service goes 1 -> 0, decides to stay at 0 while the
+    front holds nothing, and 0 -> 1 once the front holds requests; conditions, events and
     status.autoscaling.scaledToZero say each step."""
     load = tmp_path / "load.json"
     write_load(load, requests_per_second=0)
     with StandinFront(prometheus, namespace, "zero") as front:
         front.set(0)
-        apply(cluster, autoscaled(namespace, "zero", policy(), minReplicas=0, wake={"prometheus": {"query": front.query}},
+        hosts = ["zero.search.example.com", "*.zero.example.com"]
+        apply(cluster, autoscaled(namespace, "zero", policy(), minReplicas=0, front={"kedaHttpAddOn": {"hosts": hosts}},
                                   scaleToZero={"idleSeconds": 30}))  # fmt: skip
+        route = wait_for(lambda: get(cluster, f"/apis/http.keda.sh/v1beta1/namespaces/{namespace}/interceptorroutes/zero"),
+                         timeout=30, what="the InterceptorRoute, admitted by the add-on's CRD")  # fmt: skip
+        assert route["spec"]["target"] == {"service": "zero", "port": 8000}, route["spec"]
+        assert route["spec"]["rules"] == [{"hosts": hosts}] and route["spec"]["timeouts"]["readiness"].endswith("s"), route["spec"]
+        assert route["metadata"]["ownerReferences"][0]["kind"] == "PoolingService"
+        wait_for(lambda: (status(cluster, namespace, "zero").get("status") or {}).get("endpoint") == INTERCEPTOR, timeout=30,
+                 what="status.endpoint naming the interceptor")  # fmt: skip
         with fleet(cluster, prometheus, namespace, "zero", load):
             wait_for(lambda: metrics_flowing(cluster, namespace, "zero"), timeout=60, what="MetricsAvailable=True")
             serving = cond(status(cluster, namespace, "zero"), "ScaledToZero")
@@ -444,3 +457,12 @@ def test_an_idle_service_goes_to_zero_stays_there_and_the_fronts_demand_wakes_it
             assert cond(obj, "ScaledToZero")["status"] == "False"
             reasons = [e["reason"] for e in events(cluster, namespace, "zero")]
             assert "ScaledDown" in reasons and "ScaledUp" in reasons and "Idle" in reasons, reasons
+
+        # maxPendingRequests is add-on 1.0's (coldStart.maxPendingRequests): the 0.15 CRD installed here refuses it,
+        # and the service says so in the API server's words rather than dropping the bound
+        apply(cluster, autoscaled(namespace, "zero", policy(), minReplicas=0, scaleToZero={"idleSeconds": 30},
+                                  front={"kedaHttpAddOn": {"hosts": hosts, "maxPendingRequests": 20}}))  # fmt: skip
+        refused = wait_for(lambda: (c := cond(status(cluster, namespace, "zero"), "SpecValid")).get("status") == "False" and c,
+                           timeout=30, what="SpecValid=False for a route the add-on's CRD refuses")  # fmt: skip
+        assert "InterceptorRoute" in refused["message"] and "coldStart" in refused["message"], refused
+        print(f"add-on 0.15 and maxPendingRequests: {refused['message']}")

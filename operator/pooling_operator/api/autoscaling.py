@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
 from pooling_operator.api.cel import cel, validations
-from pooling_operator.api.schema import Duration, Name, Spec
+from pooling_operator.api.schema import Duration, HostName, Name, Spec
 
 Backend = Literal["operator", "keda"]
 
@@ -48,7 +48,7 @@ class PrometheusWakeSpec(Spec):
         max_length=4096,
         description="PromQL whose value is the demand waiting for or arriving at this service, read while it has "
         "no replica (and, at its replicas' idle time, as requests still pending): the KEDA HTTP add-on "
-        "interceptor's pending requests for its host, an ingress or gateway's request rate for the route, a "
+        "interceptor's requests in flight for its route, an ingress or gateway's request rate for the route, a "
         "queue's length. A value above 0 wakes the service; no series reads as 0; Prometheus unreachable holds.",
     )
 
@@ -57,6 +57,38 @@ class WakeSpec(Spec):
     """The demand signal that outlives the pods (vLLM's own metrics vanish with the last one)."""
 
     prometheus: PrometheusWakeSpec = Field(description=PrometheusWakeSpec.__doc__)
+
+
+# The KEDA HTTP add-on's interceptor publishes, per InterceptorRoute, the requests it holds or forwards
+# (OpenTelemetry instrument interceptor.request.concurrency with attributes route_name and route_namespace:
+# kedacore/http-add-on interceptor/metrics/instruments.go 18, 24-25, 87-88), which Prometheus names
+# interceptor_request_concurrency. It exists while no pod of the service runs: the wake signal of a front.
+INTERCEPTOR_CONCURRENCY = "interceptor_request_concurrency"
+
+
+class KedaHttpAddOnFront(Spec):
+    """The KEDA HTTP add-on (http.keda.sh) as the front: its interceptor holds requests while the service has no
+    ready replica and forwards them once one is Ready. The operator renders an InterceptorRoute named after the
+    service (add-on v0.14 or later) and reads the interceptor's pending requests as the wake signal."""
+
+    hosts: list[HostName] = Field(
+        min_length=1, max_length=64,
+        description="Host names whose requests the interceptor routes to this service (the Host header clients "
+        "send to the interceptor), e.g. bge-m3.search.example.com; a leading *. matches subdomains.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    max_pending_requests: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Most requests each interceptor replica holds for this service while it has no ready replica; "
+        "past it the interceptor refuses. Unset: the add-on's own limit (none by default). Needs add-on 1.0 "
+        "(coldStart.maxPendingRequests).",
+    )
+
+
+class FrontSpec(Spec):
+    """The front that holds requests while no pod runs and routes them when pods do."""
+
+    keda_http_add_on: KedaHttpAddOnFront = Field(description=KedaHttpAddOnFront.__doc__)
 
 
 class ScaleToZeroSpec(Spec):
@@ -81,7 +113,7 @@ class AutoscalingSpec(Spec):
         json_schema_extra=validations(
             cel("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas", M.MIN_LE_MAX_REPLICAS, ".minReplicas"),
             cel(
-                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || "
+                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || has(self.front) || "
                 "(has(self.backend) && self.backend == 'keda')",
                 M.MIN_REPLICAS_ZERO,
                 ".minReplicas",
@@ -93,8 +125,8 @@ class AutoscalingSpec(Spec):
 
     min_replicas: int = Field(
         default=1, ge=0, le=1000,
-        description="Fewest replicas. Default 1; 0 with a wake signal (wake.prometheus.query), or with backend keda "
-        "and an external trigger.",
+        description="Fewest replicas. Default 1; 0 with a wake signal (wake.prometheus.query or a front), or with "
+        "backend keda and an external trigger.",
     )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
     queue_depth_per_replica: int | None = Field(
@@ -126,8 +158,21 @@ class AutoscalingSpec(Spec):
         default="operator",
         description="operator (the built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
     )
-    wake: WakeSpec | None = Field(default=None, description=WakeSpec.__doc__ + " Needed for minReplicas 0.")
+    wake: WakeSpec | None = Field(
+        default=None, description=WakeSpec.__doc__ + " Needed for minReplicas 0 without a front; with one, default: "
+        "the front's pending requests for this service."
+    )
+    front: FrontSpec | None = Field(default=None, description=FrontSpec.__doc__)
     scale_to_zero: ScaleToZeroSpec | None = Field(default=None, description=ScaleToZeroSpec.__doc__ + " minReplicas 0 only.")
+
+    def wake_query(self, namespace: str, name: str) -> str | None:
+        """The wake signal: wake.prometheus.query as written, else the front's pending requests for this service
+        (its InterceptorRoute is named after it), else none."""
+        if self.wake is not None:
+            return self.wake.prometheus.query
+        if self.front is not None:
+            return f'{INTERCEPTOR_CONCURRENCY}{{route_namespace="{namespace}",route_name="{name}"}}'
+        return None
 
 
 # ---- status ---------------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ KINDS: dict[str, Kind] = {
         Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", role="child"),
         Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", role="child"),
         Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", role="child"),
+        Kind("http.keda.sh/v1beta1", "InterceptorRoute", "interceptorroutes", role="child"),  # the KEDA HTTP add-on's
         Kind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", role="child"),
         Kind("v1", "Pod", "pods", role="pod"),
         # Kueue's, read only (api/kueue.py): the Workload of a queued job's Job and the LocalQueue it names
@@ -88,8 +89,8 @@ QUEUED_KINDS = FAMILY_KINDS["job"]
 SPACE_KINDS = tuple(kind for kind, info in RESOURCE_KINDS.items() if info.claims_space)
 # The kinds that services and jobs mount (model.source.cache): a change of one concerns its users.
 CACHE_KINDS = FAMILY_KINDS["cache"]
-# Kinds whose CRDs may be absent (prometheus-operator, KEDA): a 404 on them means "not installed".
-OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject")
+# Kinds whose CRDs may be absent (prometheus-operator, KEDA, its HTTP add-on): a 404 on them means "not installed".
+OPTIONAL_KINDS = ("ServiceMonitor", "PodMonitor", "ScaledObject", "InterceptorRoute")
 
 
 def kind_of(obj: dict[str, object]) -> Kind:

@@ -15,8 +15,8 @@ ENV_SOURCE_EXACTLY_ONE = "exactly one of secretKeyRef, configMapKeyRef, fieldRef
 MIN_LE_MAX_REPLICAS = "minReplicas must be less than or equal to maxReplicas"
 MIN_REPLICAS_ZERO = (
     "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "
-    "pod: set autoscaling.wake.prometheus.query (the front's pending or arriving requests for this service), use "
-    "backend keda with an external trigger, or use minReplicas >= 1"
+    "pod: set autoscaling.wake.prometheus.query (the front's pending or arriving requests for this service) or "
+    "autoscaling.front.kedaHttpAddOn, use backend keda with an external trigger, or use minReplicas >= 1"
 )
 SCALE_TO_ZERO_NEEDS_MIN_ZERO = "scaleToZero applies only with minReplicas 0 (and a wake signal)"
 POOLING_TYPE_FOR_TASK = (

@@ -17,10 +17,15 @@ def autoscaling_problems(
 ) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_LE_MAX_REPLICAS)
-    if a.min_replicas < 1 and a.backend != "keda" and a.wake is None:
+    if a.min_replicas < 1 and a.backend != "keda" and a.wake is None and a.front is None:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_REPLICAS_ZERO)
     if a.scale_to_zero is not None and a.min_replicas != 0:
         yield Problem("spec.autoscaling.scaleToZero", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO)
+    if a.front is not None:
+        hosts = a.front.keda_http_add_on.hosts
+        if twice := sorted({h for h in hosts if hosts.count(h) > 1}):
+            yield Problem("spec.autoscaling.front.kedaHttpAddOn.hosts",
+                          f"{', '.join(twice)} appear more than once; list each host once (the InterceptorRoute's hosts are a set)")
     if a.p99_latency is not None and not 0 < duration_seconds(a.p99_latency) <= 3600:
         yield Problem("spec.autoscaling.p99Latency", f"{a.p99_latency} must be above 0 and at most 1h, e.g. 250ms")
     if policies is None:

@@ -67,6 +67,8 @@ Quantity = Annotated[
 ]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+# A host a front routes by: a DNS-1123 subdomain, or one with a leading "*." (its subdomains)
+HostName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^(\*\.)?" + DNS1123_SUBDOMAIN[1:])]
 ObjectDict = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE_UNKNOWN)]
 
 

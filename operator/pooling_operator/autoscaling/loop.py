@@ -94,7 +94,7 @@ class Tracked:
     targets: AutoscalingTargets
     queries: Queries
     decides: bool  # backend operator; keda services only count towards the GPU budget
-    wake_query: str | None = None  # autoscaling.wake.prometheus.query: set where minReplicas is 0
+    wake_query: str | None = None  # AutoscalingSpec.wake_query(): the written query, else a front's series
     idle_seconds: int | None = None  # autoscaling.scaleToZero.idleSeconds
     state: State = field(default_factory=State)
     zero: ZeroState = field(default_factory=ZeroState)
@@ -158,7 +158,7 @@ class Autoscaler:
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
             "gpus": gpus_held(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
-            "wake_query": a.wake.prometheus.query if a.wake is not None else None,
+            "wake_query": a.wake_query(namespace, resource.metadata.name),
             "idle_seconds": a.scale_to_zero.idle_seconds if a.scale_to_zero is not None else None,
         }
         before = self.services.get(resource.metadata.uid)

@@ -16,6 +16,7 @@ from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.builders import names
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.memory import gpus_held
+from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
 from pooling_operator.vllm.workload import Workload
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -47,12 +48,15 @@ def served(w: Workload, cache: CacheMount | None) -> Workload:
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What builders need beyond the resource: the operator's image, the resolved policy, and the ModelCache
-    it mounts (model.source.cache) once that is Ready."""
+    """What builders need beyond the resource: the operator's image, the resolved policy, the ModelCache it
+    mounts (model.source.cache) once that is Ready, and for a front the add-on's scaler and the service's typical
+    start-up."""
 
     operator_image: str = OPERATOR_IMAGE
     policy: AutoscalingPolicySpec | None = None
     model_cache: CacheMount | None = None
+    keda_http_scaler: str = KEDA_HTTP_SCALER  # the KEDA HTTP add-on's external scaler (Settings)
+    typical_startup_seconds: float | None = None  # status.startup.typicalSeconds: a front's readiness timeout
 
 
 def metadata(w: Workload, name: str, uid: str | None, *, kind: str | None = None) -> dict[str, Any]:

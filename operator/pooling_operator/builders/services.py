@@ -1,5 +1,5 @@
 """PoolingService / ScoringService -> Deployment, Service, PodDisruptionBudget, monitors, KEDA ScaledObject,
-NetworkPolicy."""
+the front's InterceptorRoute (builders/front.py), NetworkPolicy."""
 
 from __future__ import annotations
 
@@ -33,8 +33,15 @@ from pooling_operator.builders.common import (
 from pooling_operator.builders.compile_cache import compile_key
 from pooling_operator.builders.compile_cache import containers as compile_cache_containers
 from pooling_operator.builders.compile_cache import volume as compile_cache_volume
+from pooling_operator.builders.front import (
+    concurrency_target,
+    external_push_trigger,
+    interceptor_route,
+    readiness_seconds,
+)
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import relabelings, service_queries
+from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
 from pooling_operator.vllm.workload import Workload, workload
 
 Service = PoolingService | ScoringService
@@ -151,9 +158,11 @@ def pod_monitor(resource: Service, w: Workload) -> dict[str, Any]:
     }
 
 
-def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Workload | None = None) -> dict[str, Any]:
-    """A KEDA ScaledObject with the built-in autoscaler's queue and p99 signals and its behaviour. KEDA cannot
-    learn a replica's capacity, so the demand and in-system signals stay with the operator backend."""
+def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Workload | None = None,
+                  scaler: str = KEDA_HTTP_SCALER) -> dict[str, Any]:
+    """A KEDA ScaledObject with the built-in autoscaler's queue and p99 signals and its behaviour, the wake query
+    and a front's trigger (the add-on's `scaler`). KEDA cannot learn a replica's capacity, so the demand and
+    in-system signals stay with the operator backend."""
     w = w or workload(resource)
     a = resource.spec.autoscaling
     assert a is not None
@@ -193,6 +202,8 @@ def scaled_object(resource: Service, policy: AutoscalingPolicySpec | None, w: Wo
                              "ignoreNullValues": "true"},
             }
         )  # fmt: skip
+    if a.front is not None:
+        triggers.append(external_push_trigger(w, scaler))
 
     def behavior(window: int, step: int, doubling: bool = False) -> dict[str, Any]:
         policies: list[dict[str, Any]] = [{"type": "Pods", "value": step, "periodSeconds": STEP_PERIOD_SECONDS}]
@@ -264,8 +275,13 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
         objects.append(service_monitor(resource, w))
     if spec.monitoring.pod_monitor:
         objects.append(pod_monitor(resource, w))
-    if spec.autoscaling is not None and spec.autoscaling.backend == "keda":
-        objects.append(scaled_object(resource, ctx.policy, w))
+    a = spec.autoscaling
+    if a is not None and a.front is not None:
+        readiness = readiness_seconds(ctx.typical_startup_seconds, w.engine.startup_timeout_seconds)
+        target = concurrency_target(spec.engine.max_num_seqs, resolve_targets(a, ctx.policy).queue_per_replica)
+        objects.append(interceptor_route(a.front.keda_http_add_on, w, resource.metadata.uid, spec.service.port, readiness, target))
+    if a is not None and a.backend == "keda":
+        objects.append(scaled_object(resource, ctx.policy, w, ctx.keda_http_scaler))
     if spec.network_policy is not None:
         objects.append(network_policy(resource, w))
     return objects

@@ -31,9 +31,10 @@ def built(
     """Validate and plan once per spec (generation), labels, annotations, policies, namespace labels and the
     ModelCache mounted (its claim and commit); `memory` holds the last result per uid."""
     meta = body["metadata"]
+    typical = _typical_startup(body)
     key = (meta.get("generation"), meta.get("resourceVersion") if not meta.get("generation") else None,
            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())),
-           model_cache)
+           model_cache, typical)
     known = memory.built.get(meta["uid"])
     if known is not None and known.fits(key, policies, labels):
         return known
@@ -60,7 +61,8 @@ def built(
                 policy_problems, reason = [broken], C.POLICY_INVALID
             else:
                 policy, policy_problems = _policy(resource, policies.valid, labels)
-        ctx = BuildContext(policy=policy, model_cache=model_cache, **({"operator_image": operator_image} if operator_image else {}))
+        ctx = BuildContext(policy=policy, model_cache=model_cache, keda_http_scaler=settings.keda_http_scaler,
+                           typical_startup_seconds=typical, **({"operator_image": operator_image} if operator_image else {}))
         p = plan(resource, result.contract, ctx, result.workload) if not policy_problems else None
         desired = [with_hash(o) for o in p.objects] if p is not None else []
         if p is not None:  # one copy of the children per resource: the plan's own are not read again
@@ -68,6 +70,18 @@ def built(
         out = Built(key, policies, labels, resource, [], policy, policy_problems, reason, p, desired)
     memory.built[meta["uid"]] = out
     return out
+
+
+def _typical_startup(body: dict[str, Any]) -> float | None:
+    """status.startup.typicalSeconds of a service with a front (its route's readiness timeout follows it); None
+    for every other resource, so a new start-up sample re-plans only those."""
+    spec, status = body.get("spec"), body.get("status")
+    a = spec.get("autoscaling") if isinstance(spec, dict) else None
+    if not isinstance(a, dict) or not a.get("front") or not isinstance(status, dict):
+        return None
+    startup = status.get("startup")
+    typical = startup.get("typicalSeconds") if isinstance(startup, dict) else None
+    return float(typical) if isinstance(typical, int | float) and not isinstance(typical, bool) else None
 
 
 def _policy(

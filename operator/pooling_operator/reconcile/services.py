@@ -55,7 +55,7 @@ GPUS_HELD = Gauge(
 )
 CHILDREN = (
     "ResourceClaimTemplate", "Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject",
-    "NetworkPolicy",
+    "InterceptorRoute", "NetworkPolicy",
 )  # fmt: skip
 
 
@@ -97,7 +97,8 @@ class Services:
         pods = ctx.cache.pods_of(owner_key(body))
         wanted = next((o["metadata"]["name"] for o in desired.built.desired if o["kind"] == "ResourceClaimTemplate"), None)
         template = current.get(("ResourceClaimTemplate", wanted)) if wanted else None  # not an old one still in use
-        status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template)
+        status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template,
+                                ctx.settings.keda_http_interceptor)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
         startup = merged(old_status.get("startup"), fresh)

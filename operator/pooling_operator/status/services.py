@@ -19,6 +19,7 @@ from pooling_operator.vllm import memory
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR
 from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
 
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
@@ -128,6 +129,15 @@ def _crashing(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str:
+    """Where clients send requests: the KEDA HTTP add-on's interceptor (with a Host header among the front's
+    hosts) when it fronts the service, holding requests while no replica runs; else the service's own Service."""
+    a, meta = resource.spec.autoscaling, resource.metadata
+    if a is not None and a.front is not None:
+        return interceptor
+    return f"http://{meta.name}.{meta.namespace or 'default'}.svc:{resource.spec.service.port}"
+
+
 def service_status(
     resource: PoolingService | ScoringService,
     c: Contract,
@@ -136,9 +146,11 @@ def service_status(
     pods: list[dict[str, Any]],
     w: Workload | None = None,
     claim_template: dict[str, Any] | None = None,
+    interceptor: str = KEDA_HTTP_INTERCEPTOR,
 ) -> dict[str, Any]:
     """The whole status (conditions without timestamps) of a valid service; `w` is its workload view when the
-    caller has it (the reconcile's plan does); `claim_template` its observed ResourceClaimTemplate (a DRA share)."""
+    caller has it (the reconcile's plan does); `claim_template` its observed ResourceClaimTemplate (a DRA share);
+    `interceptor` the KEDA HTTP add-on's proxy, the endpoint of a service it fronts."""
     meta, spec = resource.metadata, resource.spec
     generation = meta.generation
     w = w or workload(resource)
@@ -195,7 +207,6 @@ def service_status(
             # At a glance (kubectl get shows Ready's reason): the controller's or scheduler's own words.
             ready_cond = condition(C.READY, False, placement.reason, f"{message[:-1]}: {placement.message}", generation)
 
-    namespace = meta.namespace or "default"
     service_routes = routes(resource, c, w)
     status: dict[str, Any] = {
         "observedGeneration": generation,
@@ -203,7 +214,7 @@ def service_status(
         "replicas": replicas,
         "readyReplicas": ready,
         "selector": ",".join(f"{k}={v}" for k, v in selector_labels(w.name, w.kind).items()),
-        "endpoint": f"http://{meta.name}.{namespace}.svc:{spec.service.port}",
+        "endpoint": endpoint(resource, interceptor),
         "routes": service_routes,
         "effective": effective(resource, c, argv, w, claim_template),
     }

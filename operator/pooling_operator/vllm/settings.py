@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+KEDA_HTTP_INTERCEPTOR = "http://keda-add-ons-http-interceptor-proxy.keda:8080"
+KEDA_HTTP_SCALER = "keda-add-ons-http-external-scaler.keda:9090"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -12,6 +15,11 @@ class Settings:
 
     allow_trust_remote_code: bool = False
     hub_endpoint: str | None = None  # the Hugging Face endpoint a ModelCache's fill uses (a mirror); None: the Hub
+    # Where the KEDA HTTP add-on runs (autoscaling.front.kedaHttpAddOn): the interceptor's proxy, which clients
+    # send to, and the external scaler a ScaledObject's external-push trigger names. The add-on's Helm chart's
+    # names in its namespace keda (kedacore/http-add-on test/helpers/env.go 36-43).
+    keda_http_interceptor: str = KEDA_HTTP_INTERCEPTOR
+    keda_http_scaler: str = KEDA_HTTP_SCALER
 
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # VLLM_API_KEY: refused in any form (vllm/confinement.py)

@@ -418,7 +418,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
     if targets.p99_seconds is None:
         raise InputError(f"{name}: the simulation needs a p99 target: set spec.autoscaling.p99Latency or the policy's defaults.p99Latency")
     a = resource.spec.autoscaling
-    zero = targets.min_replicas == 0 and a.wake is not None
+    zero = targets.min_replicas == 0 and a.wake_query(resource.metadata.namespace or "default", resource.metadata.name) is not None
     idle = a.scale_to_zero.idle_seconds if a.scale_to_zero is not None else None
     return Setup(params, targets, service_queries(resource.kind, resource.metadata.namespace, resource.metadata.name, targets.window), gpus_held(resource.spec.resources),
                  scrape_interval, seed, initial_replicas, routing, zero, idle)
