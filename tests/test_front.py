@@ -49,8 +49,8 @@ def test_the_route_sends_the_fronts_hosts_to_the_services_port_and_holds_them_fo
     assert spec["rules"] == [{"hosts": HOSTS}]
     # ScalingMetricSpec: concurrency or requestRate required (85-97), targetValue >= 1 (63-68)
     assert spec["scalingMetric"] == {"concurrency": {"targetValue": VLLM_DEFAULT_MAX_NUM_SEQS + 16}}
-    # InterceptorRouteTimeouts.readiness: a duration (205-215); two start-ups of 41 s, in 30 s steps
-    assert spec["timeouts"] == {"readiness": "90s"}
+    # InterceptorRouteTimeouts.readiness: a duration (205-215); a minute to notice + two start-ups of 41 s, in 30 s steps
+    assert spec["timeouts"] == {"readiness": "150s"}
     assert "coldStart" not in spec  # v0.15's ColdStartSpec needs fallback or placeholder (193-203): none is rendered
 
 
@@ -61,10 +61,10 @@ def test_max_pending_requests_goes_where_add_on_one_puts_it() -> None:
 
 @pytest.mark.parametrize(
     ("typical", "timeout", "seconds"),
-    [(None, 1800, 1800), (0.0, 600, 600), (12.0, 1800, 60), (41.0, 1800, 90), (45.0, 1800, 90), (46.0, 1800, 120),
+    [(None, 1800, 1800), (0.0, 600, 600), (12.0, 1800, 120), (41.0, 1800, 150), (45.0, 1800, 150), (46.0, 1800, 180),
      (400.0, 600, 600)],
 )
-def test_the_readiness_timeout_is_two_start_ups_at_least_a_minute_within_the_engines_timeout(
+def test_the_readiness_timeout_is_a_minute_to_notice_and_two_start_ups_within_the_engines_timeout(
     typical: float | None, timeout: int, seconds: int
 ) -> None:
     assert readiness_seconds(typical, timeout) == seconds
@@ -138,6 +138,20 @@ def test_keda_adds_the_add_ons_trigger_beside_its_own() -> None:
     assert BuildContext().keda_http_scaler == KEDA_HTTP_SCALER == "keda-add-ons-http-external-scaler.keda:9090"
 
 
+def test_a_fronted_services_network_policy_lets_the_interceptor_in() -> None:
+    """The interceptor forwards the requests it holds from its own namespace (the add-on's, keda by default): a
+    NetworkPolicy that admitted only the service's namespace would leave every held request unanswered."""
+    from pooling_operator.vllm.settings import Settings, service_namespace
+
+    ns_rules = [[f["namespaceSelector"] for f in rule["from"] if "namespaceSelector" in f]
+                for rule in children({"minReplicas": 0, "front": FRONT}, networkPolicy={})["NetworkPolicy"]["spec"]["ingress"]]
+    assert [{"matchLabels": {"kubernetes.io/metadata.name": "keda"}}] in ns_rules
+    plain = children({"minReplicas": 1}, networkPolicy={})["NetworkPolicy"]["spec"]["ingress"]
+    assert all("keda" not in str(rule) for rule in plain)
+    assert Settings(keda_http_interceptor="http://proxy.http-addon.svc.cluster.local:8080").keda_http_namespace == "http-addon"
+    assert [service_namespace(u) for u in ("http://proxy.edge:80", "http://10.0.0.5:8080", "http://front.example.com")] == ["edge", None, None]
+
+
 def test_clients_send_to_the_interceptor_when_a_front_holds_their_requests() -> None:
     assert endpoint(valid({"minReplicas": 0, "front": FRONT}), KEDA_HTTP_INTERCEPTOR) == "http://keda-add-ons-http-interceptor-proxy.keda:8080"
     assert endpoint(valid({"minReplicas": 1}), KEDA_HTTP_INTERCEPTOR) == "http://minilm.search.svc:8000"
@@ -160,8 +174,8 @@ def test_a_new_start_up_sample_re_plans_a_fronted_service_and_its_route_follows(
         return next(o for o in b.desired if o["kind"] == "InterceptorRoute")["spec"]["timeouts"]["readiness"]
 
     assert readiness(None) == "1800s"  # nothing measured: the engine's startup timeout
-    assert readiness(41.0) == "90s"
-    assert readiness(100.0) == "210s"
+    assert readiness(41.0) == "150s"
+    assert readiness(100.0) == "270s"
     plain = pooling({"autoscaling": {"minReplicas": 1, "maxReplicas": 4}}, name="plain", namespace="search")
     plain["metadata"].update(uid="u2", generation=1)
     first = built(memory, settings, None, {**plain, "status": {"startup": {"typicalSeconds": 10.0}}}, PolicySet(), None)

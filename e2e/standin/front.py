@@ -1,6 +1,6 @@
 """A stand-in for the KEDA HTTP add-on's interceptor, as far as Prometheus sees it: its request-concurrency gauge
-for one route (v0.16's ``interceptor_request_concurrency{route_name, route_namespace}``, the requests in flight or
-held while the backend wakes; https://keda.sh/http-add-on/0.16/reference/metrics/), served on loopback by
+for one route (``interceptor_request_concurrency{route_name, route_namespace}``, the requests in flight or held
+while the backend wakes: the add-on's interceptor/metrics/instruments.go 18-25, 87-88 at v0.15.0), served on loopback by
 prometheus_client and published to the test's Prometheus through a file_sd file of its own. The test sets the
 value; nothing is proxied (the interceptor resolves a route's Service by cluster DNS, which this harness has not)."""
 

@@ -129,7 +129,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                 continue
             mount = CacheMount(claim_name(cache), cache_revision(cache))
         ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies),
-                           model_cache=mount, keda_http_scaler=args.keda_http_scaler)
+                           model_cache=mount, keda_http_scaler=args.keda_http_scaler,
+                           keda_http_namespace=_settings(args).keda_http_namespace)
         p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:
             lines.append(f"{resource.kind}/{resource.metadata.namespace or 'default'}/{resource.metadata.name}:")

@@ -137,7 +137,7 @@ SERVICE_COLUMNS = (
     _col("Desired", ".status.autoscaling.desiredReplicas", "integer", "Replicas the autoscaler wants.", priority=1),
     _col("Scaling", '.status.conditions[?(@.type=="ScalingLimited")].reason', description="What bounds the autoscaler.", priority=1),
     _col("Startup", ".status.startup.typicalSeconds", "number", "Typical seconds from pod created to Ready.", priority=1),
-    _col("Endpoint", ".status.endpoint", description="In-cluster URL.", priority=1),
+    _col("Endpoint", ".status.endpoint", description="Where clients send: the Service, or the front's interceptor.", priority=1),
     AGE,
 )
 

@@ -104,9 +104,10 @@ class LabelSelector(Spec):
 
 
 class NetworkPolicySpec(Spec):
-    """A NetworkPolicy for the service's pods: ingress only on the serving port, from the client namespaces and
-    the monitoring namespace; every other ingress is refused. Absent: no NetworkPolicy (the cluster's own
-    policies apply). Needs a network plugin that enforces NetworkPolicies."""
+    """A NetworkPolicy for the service's pods: ingress only on the serving port, from the client namespaces, the
+    monitoring namespace and, with autoscaling.front, the front's namespace (the KEDA HTTP add-on's interceptor);
+    every other ingress is refused. Absent: no NetworkPolicy (the cluster's own policies apply). Needs a network
+    plugin that enforces NetworkPolicies."""
 
     client_namespaces: LabelSelector | None = Field(
         default=None,
@@ -322,7 +323,10 @@ class ServiceStatus(StatusBase):
     replicas: int | None = Field(default=None, description="Pods of the Deployment.")
     ready_replicas: int | None = Field(default=None, description="Ready pods of the Deployment.")
     selector: str | None = Field(default=None, description="Label selector of the pods (for the scale subresource).")
-    endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
+    endpoint: str | None = Field(
+        default=None, description="Where clients send requests: the in-cluster URL of the Service, or with "
+        "autoscaling.front the front's (the KEDA HTTP add-on's interceptor, with a Host header among its hosts).",
+    )
     routes: list[str] | None = Field(default=None, description="HTTP routes that answer for this task and version.")
     unprotected_routes: list[str] | None = Field(
         default=None, description="Routes vLLM leaves open although an API key is set."

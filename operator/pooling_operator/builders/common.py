@@ -56,6 +56,7 @@ class BuildContext:
     policy: AutoscalingPolicySpec | None = None
     model_cache: CacheMount | None = None
     keda_http_scaler: str = KEDA_HTTP_SCALER  # the KEDA HTTP add-on's external scaler (Settings)
+    keda_http_namespace: str | None = "keda"  # the add-on interceptor's namespace (Settings), let into a fronted service
     typical_startup_seconds: float | None = None  # status.startup.typicalSeconds: a front's readiness timeout
 
 

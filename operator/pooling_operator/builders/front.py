@@ -16,22 +16,26 @@ from pooling_operator.builders.common import metadata
 from pooling_operator.vllm.workload import Workload
 
 INTERCEPTOR_ROUTE_API = "http.keda.sh/v1beta1"
-# vLLM 0.32's --max-num-seqs default for the OpenAI server on a GPU of under 70 GiB (1024 above it, 128 on a CPU):
-# vllm/engine/arg_utils.py 2943-2952.
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
-# A held request waits at most this long for a Ready replica, before any start-up of the service was measured
-# and never longer (the engine's own startup timeout bounds it too).
+# vLLM 0.32's --max-num-seqs default for the OpenAI server on a GPU of 70 GiB or more (256 below, 128 on a CPU):
+# vllm/engine/arg_utils.py 2933-2942. The largest: where a replica holds fewer, the add-on's trigger asks for fewer
+# replicas than the waiting-queue trigger beside it, which then decides.
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024
+# Before a replica is asked for, the demand must be seen: a Prometheus scrape of the interceptor and a decision of
+# the autoscaler (15 s), or KEDA's poll. A held request's wait covers that, then two start-ups.
+READINESS_NOTICE_SECONDS = 60
 READINESS_STEP_SECONDS = 30
-READINESS_FLOOR_SECONDS = 60
+READINESS_FLOOR_SECONDS = 120
 
 
 def readiness_seconds(typical_startup: float | None, startup_timeout: int) -> int:
-    """How long the interceptor holds a request for a replica to become Ready: two of the service's typical
-    start-ups (status.startup.typicalSeconds), at least a minute, in 30 s steps (a new sample rarely rewrites the
-    route), never past the engine's startupTimeoutSeconds; that timeout itself until a start-up was measured."""
+    """How long the interceptor holds a request for a replica to become Ready: a minute to notice the demand plus
+    two of the service's typical start-ups (status.startup.typicalSeconds), at least two minutes, in 30 s steps
+    (a new sample rarely rewrites the route), never past the engine's startupTimeoutSeconds; that timeout itself
+    until a start-up was measured."""
     if typical_startup is None or typical_startup <= 0:
         return startup_timeout
-    stepped = READINESS_STEP_SECONDS * math.ceil(2 * typical_startup / READINESS_STEP_SECONDS)
+    wait = READINESS_NOTICE_SECONDS + 2 * typical_startup
+    stepped = READINESS_STEP_SECONDS * math.ceil(wait / READINESS_STEP_SECONDS)
     return min(startup_timeout, max(READINESS_FLOOR_SECONDS, stepped))
 
 

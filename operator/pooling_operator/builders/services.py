@@ -245,9 +245,10 @@ def _num(x: float) -> str:
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
+def network_policy(resource: Service, w: Workload, front_namespace: str | None = None) -> dict[str, Any]:
     """Ingress to the pods only on the serving port (which also serves /metrics), from the client namespaces
-    (default: the service's own) and from the monitoring namespace."""
+    (default: the service's own), from the monitoring namespace, and with a front from its namespace
+    (`front_namespace`: the KEDA HTTP add-on's interceptor forwards the requests it holds)."""
     np = resource.spec.network_policy
     assert np is not None
     ports = [{"protocol": "TCP", "port": resource.spec.service.port}]
@@ -257,6 +258,9 @@ def network_policy(resource: Service, w: Workload) -> dict[str, Any]:
         ingress.append(
             {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}], "ports": ports}
         )
+    a = resource.spec.autoscaling
+    if a is not None and a.front is not None and front_namespace:
+        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -283,5 +287,5 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     if a is not None and a.backend == "keda":
         objects.append(scaled_object(resource, ctx.policy, w, ctx.keda_http_scaler))
     if spec.network_policy is not None:
-        objects.append(network_policy(resource, w))
+        objects.append(network_policy(resource, w, ctx.keda_http_namespace))
     return objects

@@ -21,5 +21,20 @@ class Settings:
     keda_http_interceptor: str = KEDA_HTTP_INTERCEPTOR
     keda_http_scaler: str = KEDA_HTTP_SCALER
 
+    @property
+    def keda_http_namespace(self) -> str | None:
+        """The interceptor's namespace, from its in-cluster name (<service>.<namespace>[.svc...]): a fronted
+        service's NetworkPolicy lets it in. None where the URL names no namespace."""
+        return service_namespace(self.keda_http_interceptor)
+
+
+def service_namespace(url: str) -> str | None:
+    """The namespace of an in-cluster Service URL (http://name.namespace[.svc[.cluster.local]][:port]), or None."""
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    labels = host.split(".")
+    if len(labels) < 2 or (len(labels) > 2 and labels[2] != "svc") or not labels[1]:
+        return None
+    return labels[1]
+
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # VLLM_API_KEY: refused in any form (vllm/confinement.py)
