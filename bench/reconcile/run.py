@@ -76,9 +76,19 @@ def say(msg: str) -> None:
 # What is created
 
 
-def services(n: int, namespace: str) -> list[dict[str, Any]]:
-    """Mixed kinds and tasks, one GPU each; every tenth autoscaled by the operator, every twentieth by KEDA."""
+NAMESPACES = 1  # --namespaces: services spread round-robin over this many namespaces (a shard owns whole namespaces)
+SHARDS = 1  # --shards: operator processes, each `--shard i/SHARDS`
+
+
+def bench_namespaces(base: str = "bench") -> list[str]:
+    return [base] if NAMESPACES == 1 else [f"{base}-{j:02d}" for j in range(NAMESPACES)]
+
+
+def services(n: int, namespace: str, spread: bool = False) -> list[dict[str, Any]]:
+    """Mixed kinds and tasks, one GPU each; every tenth autoscaled by the operator, every twentieth by KEDA. With
+    `spread`, service i goes to namespace i mod NAMESPACES (bench_namespaces)."""
     gpu = {"gpu": {"count": 1, "product": GPU_PRODUCT}}
+    homes = bench_namespaces(namespace) if spread else [namespace]
     out = []
     for i in range(n):
         name = f"svc-{i:04d}"
@@ -94,7 +104,8 @@ def services(n: int, namespace: str) -> list[dict[str, Any]]:
             spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2, "queueDepthPerReplica": 8}
         elif i % 20 == 5:
             spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2, "backend": "keda", "queueDepthPerReplica": 8}
-        out.append({"apiVersion": "vllm-pooling.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+        meta = {"name": name, "namespace": homes[i % len(homes)]}
+        out.append({"apiVersion": "vllm-pooling.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec})
     return out
 
 
@@ -176,10 +187,11 @@ async def create_paced(cp: ControlPlane, objs: list[dict[str, Any]], gap: float)
 
 
 class DeploymentWatch:
-    """When each Deployment of a namespace was first seen, by a watch (local monotonic clock)."""
+    """When each Deployment of the namespaces was first seen, by one cluster-wide watch (local monotonic clock); names
+    are unique across the bench's namespaces."""
 
-    def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp, self.namespace = cp, namespace
+    def __init__(self, cp: ControlPlane, namespaces: list[str]) -> None:
+        self.cp, self.namespaces = cp, set(namespaces)
         self.seen: dict[str, float] = {}
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -195,27 +207,33 @@ class DeploymentWatch:
         from kubernetes.client import AppsV1Api
 
         apps = AppsV1Api(api)
-        listed = apps.list_namespaced_deployment(self.namespace)
+
+        def note(d: Any) -> None:
+            if d.metadata.namespace in self.namespaces:
+                self.seen.setdefault(d.metadata.name, time.monotonic())
+
+        listed = apps.list_deployment_for_all_namespaces()
         rv = listed.metadata.resource_version
         for d in listed.items:
-            self.seen.setdefault(d.metadata.name, time.monotonic())
+            note(d)
         self._ready.set()
         while not self._stop.is_set():
             try:
-                for event in watch.Watch().stream(apps.list_namespaced_deployment, self.namespace, resource_version=rv,
+                for event in watch.Watch().stream(apps.list_deployment_for_all_namespaces, resource_version=rv,
                                                   timeout_seconds=30, allow_watch_bookmarks=False):
                     obj = event["object"]
                     rv = obj.metadata.resource_version
-                    self.seen.setdefault(obj.metadata.name, time.monotonic())
+                    note(obj)
                     if self._stop.is_set():
                         return
             except Exception as exc:  # a 410 or a dropped stream: list again
                 if self._stop.is_set():
                     return
                 say(f"deployment watch restarted: {type(exc).__name__}")
-                rv = apps.list_namespaced_deployment(self.namespace).metadata.resource_version
-                for d in apps.list_namespaced_deployment(self.namespace).items:
-                    self.seen.setdefault(d.metadata.name, time.monotonic())
+                listed = apps.list_deployment_for_all_namespaces()
+                rv = listed.metadata.resource_version
+                for d in listed.items:
+                    note(d)
 
     def stop(self) -> None:
         self._stop.set()
@@ -237,15 +255,23 @@ def proc_figures(pid: int) -> tuple[float, float]:
     return hwm / 1024, cpu
 
 
+def resident_mb(pid: int) -> float:
+    """Resident memory now (VmRSS, MiB): what is kept, against the peak (VmHWM) a burst reached."""
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:")) / 1024
+
+
 def metric(op: OperatorProcess, name: str) -> float:
     m = re.search(rf"^{name} (\S+)$", op.metrics(), re.M)
     return float(m.group(1)) if m else 0.0
 
 
-def ready_count(cp: ControlPlane, namespace: str) -> int:
+def ready_count(cp: ControlPlane, namespaces: list[str]) -> int:
     n = 0
+    wanted = set(namespaces)
     for plural in ("poolingservices", "scoringservices"):
-        for o in cp.api.get(f"{API}/namespaces/{namespace}/{plural}")["items"]:  # type: ignore[union-attr]
+        for o in cp.api.get(f"{API}/{plural}")["items"]:  # type: ignore[union-attr]
+            if o["metadata"]["namespace"] not in wanted:
+                continue
             conds = {c["type"]: c["status"] for c in (o.get("status") or {}).get("conditions") or []}
             n += conds.get("Ready") == "True"
     return n
@@ -255,11 +281,16 @@ def count(cp: ControlPlane, path: str) -> int:
     return len(cp.api.get(path, timeout=60)["items"])  # type: ignore[union-attr]
 
 
+GPUS_PER_NODE = 8
+
+
 def bench_cluster(n: int, run_dir: Path, keep: bool) -> ControlPlane:
-    """A fresh control plane for N services: GPU nodes for one GPU each, controllers at 300 qps, the operator audited."""
+    """A fresh control plane for N services: GPU nodes for one GPU each, controllers at 300 qps, the operator audited.
+    Nodes hold GPUS_PER_NODE GPUs (--gpus-per-node): the operator never reads nodes, but every kwok node renews a
+    Lease, and 1,252 nodes of 8 at 10,000 services would put that load on the same two cores."""
     qps = ["--kube-api-qps=300", "--kube-api-burst=600"]
     config = ClusterConfig(
-        gpu_nodes=math.ceil(n / 8) + 2, gpus_per_node=8, cpu_nodes=1, start_timeout=300, audit_users=(OPERATOR_USER,),
+        gpu_nodes=math.ceil(n / GPUS_PER_NODE) + 2, gpus_per_node=GPUS_PER_NODE, cpu_nodes=1, start_timeout=300, audit_users=(OPERATOR_USER,),
         extra_args={
             "kube-controller-manager": [*qps, "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20"],
             "kube-scheduler": qps,
@@ -290,17 +321,20 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         assert count(cp, "/apis/apps/v1/namespaces/floor/deployments") == len(deployments)
         say(f"N={n}: floor: {len(objs_floor)} objects ({len(deployments)} Deployments) in {row['floor_s']}s")
         cp.api.request("DELETE", "/api/v1/namespaces/floor")  # type: ignore[union-attr]
-        wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/floor")[0] == 404, timeout=600, what="floor namespace gone")  # type: ignore[union-attr]
-        wait_for(lambda: count(cp, "/api/v1/pods") == 0, timeout=600, what="floor pods gone")
+        # (at 10,000 the namespace controller's first pass timed out once and backed off: give it time)
+        wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/floor")[0] == 404, timeout=1800, interval=5, what="floor namespace gone")  # type: ignore[union-attr]
+        wait_for(lambda: count(cp, "/api/v1/pods") == 0, timeout=1800, interval=5, what="floor pods gone")
 
         # 2. ours
-        cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})  # type: ignore[union-attr]
-        wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/bench/serviceaccounts/default")[0] == 200, timeout=60, what="bench SA")  # type: ignore[union-attr]
-        op = OperatorProcess(cp, "operator", resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
-        ops.append(op)
-        op.start(timeout=120)
-        watch = DeploymentWatch(cp, "bench")
-        objs = services(n, "bench")
+        homes = bench_namespaces()
+        for ns in homes:
+            cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})  # type: ignore[union-attr]
+            wait_for(lambda ns=ns: cp.api.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200,  # type: ignore[union-attr]
+                     timeout=60, what=f"{ns} SA")  # fmt: skip
+        shards = operators(cp, kubeconfig, "operator")
+        ops.extend(shards)
+        watch = DeploymentWatch(cp, homes)
+        objs = services(n, "bench", spread=True)
         create_mark = audit.mark()
         started = time.monotonic()
         answered = asyncio.run(create_all(cp, objs))
@@ -311,7 +345,7 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         row["ratio_to_floor"] = round(row["ours_s"] / row["floor_s"], 2)
         say(f"N={n}: ours: {n} Deployments in {row['ours_s']}s ({row['ratio_to_floor']}x the floor); "
             f"create->Deployment during the burst: p50 {p50}s p99 {p99}s")
-        wait_for(lambda: ready_count(cp, "bench") >= n, timeout=1800, interval=2, what=f"{n} services Ready")
+        wait_for(lambda: ready_count(cp, homes) >= n, timeout=1800, interval=2, what=f"{n} services Ready")
         row["all_ready_s"] = round(time.monotonic() - started, 2)
         # the burst absorbed: the last 10 % of creates, paced, give the latency once the queue is empty
         reads, writes, by = split(audit.since(create_mark))
@@ -330,43 +364,62 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         row["steady_state_writes"] = writes
         row["steady_state_reads_per_min"] = round(reads / minutes, 2)
         row["steady_state_requests"] = by
-        rss, cpu = proc_figures(op.proc.pid)  # type: ignore[union-attr]
-        row["operator_peak_rss_mb"] = round(rss, 1)
-        row["operator_cpu_s"] = round(cpu, 1)
+        figures = [proc_figures(o.proc.pid) for o in shards]  # type: ignore[union-attr]
+        rss, cpu = max(f[0] for f in figures), sum(f[1] for f in figures)
+        row["operator_peak_rss_mb"] = round(rss, 1)  # the largest shard's
+        row["operator_rss_after_steady_mb"] = round(max(resident_mb(o.proc.pid) for o in shards), 1)  # type: ignore[union-attr]
+        row["operator_cpu_s"] = round(cpu, 1)  # every shard's
+        if SHARDS > 1:
+            row["shard_peak_rss_mb"] = [round(f[0], 1) for f in figures]
+            row["shard_cpu_s"] = [round(f[1], 1) for f in figures]
         say(f"N={n}: steady state {steady:.0f}s: {writes} writes, {row['steady_state_reads_per_min']} reads/min; "
             f"operator peak RSS {rss:.0f} MiB, CPU {cpu:.1f}s")
 
         # 4. restart with N existing services
-        op.stop()
+        for o in shards:
+            o.stop()
         mark = audit.mark()
         restarted = time.monotonic()
-        op2 = OperatorProcess(cp, "operator-restarted", resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
-        ops.append(op2)
-        op2.start(timeout=120)
-        wait_for(lambda: metric(op2, "vllm_pooling_operator_first_pass_seconds") > 0, timeout=600, interval=0.5, what="the first full pass")
-        row["restart_resync_s"] = round(metric(op2, "vllm_pooling_operator_first_pass_seconds"), 2)
+        again = operators(cp, kubeconfig, "operator-restarted")
+        ops.extend(again)
+        wait_for(lambda: all(metric(o, "vllm_pooling_operator_first_pass_seconds") > 0 for o in again), timeout=600, interval=0.5,
+                 what="the first full pass")  # fmt: skip
+        row["restart_resync_s"] = round(max(metric(o, "vllm_pooling_operator_first_pass_seconds") for o in again), 2)
         row["restart_wall_s"] = round(time.monotonic() - restarted, 2)
         reads, writes, by = split(audit.since(mark))
         row["restart_writes"], row["restart_reads"], row["restart_requests"] = writes, reads, by
-        rss2, cpu2 = proc_figures(op2.proc.pid)  # type: ignore[union-attr]
+        figures = [proc_figures(o.proc.pid) for o in again]  # type: ignore[union-attr]
+        rss2, cpu2 = max(f[0] for f in figures), sum(f[1] for f in figures)
         row["restart_peak_rss_mb"], row["restart_cpu_s"] = round(rss2, 1), round(cpu2, 1)
         say(f"N={n}: restart: first full pass {row['restart_resync_s']}s after start ({row['restart_wall_s']}s wall), "
             f"{writes} writes, {reads} reads")
 
         # 5. once the burst is absorbed: PACED more services, one every 200 ms, while the N exist
-        extra = [dict(o, metadata={"name": f"paced-{i:03d}", "namespace": "bench"}) for i, o in enumerate(services(PACED, "bench"))]
+        extra = [dict(o, metadata={"name": f"paced-{i:03d}", "namespace": homes[i % len(homes)]})
+                 for i, o in enumerate(services(PACED, "bench"))]
         answered = asyncio.run(create_paced(cp, extra, 0.2))
         wait_for(lambda: all(o["metadata"]["name"] in watch.seen for o in extra), timeout=600, what="paced Deployments")
         p50, p99 = percentiles(watch, answered, extra)
         row["p50_create_to_deployment_s"], row["p99_create_to_deployment_s"] = p50, p99
         say(f"N={n}: {PACED} more services, one every 200 ms: create->Deployment p50 {p50}s p99 {p99}s")
         watch.stop()
-        op2.stop()
+        for o in again:
+            o.stop()
     finally:
         for o in ops:
             o.stop()
         cp.stop()
     return row
+
+
+def operators(cp: ControlPlane, kubeconfig: Path, label: str) -> list[OperatorProcess]:
+    """SHARDS operator processes, started: one (as before) or shard i of SHARDS each (`--shard i/N`, own namespaces)."""
+    out = []
+    for i in range(SHARDS):
+        extra = ["--shard", f"{i}/{SHARDS}"] if SHARDS > 1 else []
+        name = label if SHARDS == 1 else f"{label}-shard-{i}"
+        out.append(OperatorProcess(cp, name, resync_seconds=30, standalone=True, kubeconfig=kubeconfig, extra=extra).start(timeout=120))
+    return out
 
 
 def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path | None) -> dict[str, Any]:
@@ -413,7 +466,7 @@ def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dic
             op.start(timeout=120)
             started = time.monotonic()
             asyncio.run(create_all(cp, services(n, "bench")))
-            wait_for(lambda: ready_count(cp, "bench") >= n, timeout=1800, interval=2, what=f"{n} services Ready")
+            wait_for(lambda: ready_count(cp, ["bench"]) >= n, timeout=1800, interval=2, what=f"{n} services Ready")
             row["all_ready_s"] = round(time.monotonic() - started, 2)
             rss, cpu = proc_figures(op.proc.pid)  # type: ignore[union-attr]
             row["operator_peak_rss_mb"], row["operator_cpu_s"] = round(rss, 1), round(cpu, 1)
@@ -440,25 +493,36 @@ def main() -> int:
     p.add_argument("-n", type=int, action="append", help="services (repeatable); default 100, 500, 1000")
     p.add_argument("--steady", type=float, default=300, help="steady-state window in seconds (default 300)")
     p.add_argument("--keep", action="store_true", help="keep each run's folder (logs, audit log)")
+    p.add_argument("--namespaces", type=int, default=1, help="spread the services over this many namespaces (default 1)")
+    p.add_argument("--shards", type=int, default=1,
+                   help="operator processes, each --shard i/N owning the namespaces whose hash mod N is i (default 1); "
+                   "use with --namespaces")
+    p.add_argument("--gpus-per-node", type=int, default=8,
+                   help="GPUs of each kwok node (default 8; fewer nodes, fewer node Lease renewals)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reconcile.json")
     p.add_argument("--only", choices=["restart"], help="restart: only the restart phase, --restarts times (see above)")
     p.add_argument("--restarts", type=int, default=3, help="restarts per N with --only restart (default 3)")
     p.add_argument("--label", default="", help="with --only restart: a name for this set of rows (before, after)")
     p.add_argument("--profile", type=Path, help="with --only restart: py-spy speedscope profiles of each restart here")
     args = p.parse_args()
+    global GPUS_PER_NODE, NAMESPACES, SHARDS
+    GPUS_PER_NODE, NAMESPACES, SHARDS = args.gpus_per_node, args.namespaces, args.shards
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the operator and the control plane
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-               "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY}
+               "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY, "gpus_per_node": GPUS_PER_NODE,
+               "namespaces": NAMESPACES, "shards": SHARDS}
     runs = []
     for n in args.n or [100, 500, 1000]:
         if args.only == "restart":
             runs.append(run_restarts(n, args.restarts, args.keep, args.profile))
         else:
             runs.append(run_one(n, args.steady, args.keep))
-        if args.only is None:
+        if args.only is None:  # the runs replace the file's; restart rows recorded before stay
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=2) + "\n")
+            before = json.loads(args.out.read_text()) if args.out.exists() else {}
+            kept = {"restart": before["restart"]} if "restart" in before else {}
+            args.out.write_text(json.dumps({"machine": machine, "runs": runs, **kept}, indent=2) + "\n")
     if args.only == "restart":  # the full runs stay; restart rows are added under "restart"
         recorded = json.loads(args.out.read_text()) if args.out.exists() else {"machine": machine, "runs": []}
         recorded.setdefault("restart", []).append({"machine": machine, "label": args.label, "runs": runs})

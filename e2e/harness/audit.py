@@ -15,6 +15,7 @@ from typing import Any
 
 OPERATOR_USER = "system:serviceaccount:vllm-pooling-operator:vllm-pooling-operator"
 READS = ("get", "list")
+NEVER_ROTATE_MB = 1 << 20  # a terabyte of audit log
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -33,7 +34,10 @@ def apiserver_flags(run_dir: Path, users: tuple[str, ...]) -> list[str]:
 
     path = run_dir / "audit-policy.yaml"
     path.write_text(yaml.safe_dump(policy(users)))
-    return [f"--audit-policy-file={path}", f"--audit-log-path={run_dir / 'audit.log'}", "--audit-log-maxsize=0"]
+    # --audit-log-maxsize=0 is not "never": the API server's log writer (lumberjack) then rotates at its default
+    # of 100 MB (k8s.io/apiserver pkg/server/options/audit.go 509-515, lumberjack.go 41, 85-86), which 10,000
+    # services' creation passes; a mark would then point into the new file. A size no run reaches instead.
+    return [f"--audit-policy-file={path}", f"--audit-log-path={run_dir / 'audit.log'}", f"--audit-log-maxsize={NEVER_ROTATE_MB}"]
 
 
 class Audit:
@@ -49,6 +53,9 @@ class Audit:
         counts: Counter[tuple[str, str]] = Counter()
         if not self.path.exists():
             return counts
+        rotated = sorted(p.name for p in self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}"))
+        if rotated:  # what was logged since the mark is partly in another file: a count would be too low
+            raise RuntimeError(f"the audit log rotated ({', '.join(rotated)}): counts since a mark would be wrong")
         with self.path.open("rb") as f:
             f.seek(mark)
             for line in f:
