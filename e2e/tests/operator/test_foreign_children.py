@@ -38,7 +38,8 @@ def owners(namespace: str) -> list[dict[str, Any]]:
     share = {"product": GPU_PRODUCT, "share": {"memory": "4Gi", "via": "dra", "deviceClassName": "gpu.example.com"}}
     return [
         pooling({"resources": GPU, "monitoring": {"serviceMonitor": True, "podMonitor": True}, "networkPolicy": {},
-                 "autoscaling": {"minReplicas": 2, "maxReplicas": 3, "backend": "keda"}}, name="svc", namespace=namespace),
+                 "autoscaling": {"minReplicas": 2, "maxReplicas": 3, "backend": "keda",
+                                 "front": {"kedaHttpAddOn": {"hosts": ["svc.example.com"]}}}}, name="svc", namespace=namespace),
         pooling({"model": {"hints": {"numParameters": 22713216, "maxModelLen": 512}}, "engine": {"maxModelLen": 512},
                  "resources": {"gpu": share}}, name="shared", namespace=namespace),
         hidden_states({"resources": GPU}, name="states", namespace=namespace),
