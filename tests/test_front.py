@@ -17,7 +17,7 @@ from pooling_operator.builders import BuildContext, plan
 from pooling_operator.builders.front import VLLM_DEFAULT_MAX_NUM_SEQS, concurrency_target, readiness_seconds
 from pooling_operator.status.services import endpoint
 from pooling_operator.vllm.contract import contract
-from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR, KEDA_HTTP_SCALER
+from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR, KEDA_HTTP_SCALER, Settings
 from pooling_operator.vllm.validate import validate
 from tests.factories import pooling
 
@@ -129,19 +129,19 @@ def test_a_bad_front_is_refused_naming_the_field(front: dict[str, Any], path: st
 
 
 def test_keda_adds_the_add_ons_trigger_beside_its_own() -> None:
-    so = children({"minReplicas": 0, "front": FRONT, "backend": "keda"}, BuildContext(keda_http_scaler="scaler.http:9090"))["ScaledObject"]
+    so = children({"minReplicas": 0, "front": FRONT, "backend": "keda"}, BuildContext(settings=Settings(keda_http_scaler="scaler.http:9090")))["ScaledObject"]
     triggers = {t["name"]: t for t in so["spec"]["triggers"]}
     # pkg/k8s/scaledobject.go 11-18: type external-push, metadata scalerAddress and interceptorRoute
     assert triggers["front"] == {"type": "external-push", "name": "front",
                                  "metadata": {"scalerAddress": "scaler.http:9090", "interceptorRoute": "minilm"}}
     assert "wake" not in triggers and so["spec"]["minReplicaCount"] == 0  # the add-on's scaler activates it from zero
-    assert BuildContext().keda_http_scaler == KEDA_HTTP_SCALER == "keda-add-ons-http-external-scaler.keda:9090"
+    assert BuildContext().settings.keda_http_scaler == KEDA_HTTP_SCALER == "keda-add-ons-http-external-scaler.keda:9090"
 
 
 def test_a_fronted_services_network_policy_lets_the_interceptor_in() -> None:
     """The interceptor forwards the requests it holds from its own namespace (the add-on's, keda by default): a
     NetworkPolicy that admitted only the service's namespace would leave every held request unanswered."""
-    from pooling_operator.vllm.settings import Settings, service_namespace
+    from pooling_operator.vllm.settings import service_namespace
 
     ns_rules = [[f["namespaceSelector"] for f in rule["from"] if "namespaceSelector" in f]
                 for rule in children({"minReplicas": 0, "front": FRONT}, networkPolicy={})["NetworkPolicy"]["spec"]["ingress"]]
@@ -163,7 +163,6 @@ def test_a_new_start_up_sample_re_plans_a_fronted_service_and_its_route_follows(
     from pooling_operator.reconcile.built import built
     from pooling_operator.reconcile.policyset import PolicySet
     from pooling_operator.reconcile.state import Memory
-    from pooling_operator.vllm.settings import Settings
 
     body = pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 4, "front": FRONT}}, name="minilm", namespace="search")
     body["metadata"].update(uid="u1", generation=1)

@@ -97,7 +97,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    results = _validate_all(args.paths, _settings(args))
+    settings = _settings(args)
+    results = _validate_all(args.paths, settings)
     policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy) and r.ok}
     caches = {(r.resource.metadata.namespace or "default", r.resource.metadata.name): r.resource
               for _, r in results if isinstance(r.resource, ModelCache) and r.ok}
@@ -129,8 +130,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 continue
             mount = CacheMount(claim_name(cache), cache_revision(cache))
         ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies),
-                           model_cache=mount, keda_http_scaler=args.keda_http_scaler,
-                           keda_http_namespace=_settings(args).keda_http_namespace)
+                           model_cache=mount, settings=settings)
         p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:
             lines.append(f"{resource.kind}/{resource.metadata.namespace or 'default'}/{resource.metadata.name}:")

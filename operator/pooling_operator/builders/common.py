@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator import API_VERSION, OPERATOR_IMAGE
@@ -16,7 +16,7 @@ from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.builders import names
 from pooling_operator.vllm.args import CACHE_MOUNT, MODEL_CACHE_MOUNT, MODEL_MOUNT
 from pooling_operator.vllm.memory import gpus_held
-from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
+from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.workload import Workload
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -49,14 +49,13 @@ def served(w: Workload, cache: CacheMount | None) -> Workload:
 @dataclass(frozen=True)
 class BuildContext:
     """What builders need beyond the resource: the operator's image, the resolved policy, the ModelCache it
-    mounts (model.source.cache) once that is Ready, and for a front the add-on's scaler and the service's typical
-    start-up."""
+    mounts (model.source.cache) once that is Ready, and for a front the operator's settings (where the add-on
+    runs) and the service's typical start-up."""
 
     operator_image: str = OPERATOR_IMAGE
     policy: AutoscalingPolicySpec | None = None
     model_cache: CacheMount | None = None
-    keda_http_scaler: str = KEDA_HTTP_SCALER  # the KEDA HTTP add-on's external scaler (Settings)
-    keda_http_namespace: str | None = "keda"  # the add-on interceptor's namespace (Settings), let into a fronted service
+    settings: Settings = field(default_factory=Settings)  # where the KEDA HTTP add-on runs, for a front
     typical_startup_seconds: float | None = None  # status.startup.typicalSeconds: a front's readiness timeout
 
 

@@ -1,9 +1,10 @@
 """A service's front (autoscaling.front): the KEDA HTTP add-on's InterceptorRoute and the external-push trigger
 a keda backend adds for it (status.endpoint names the interceptor: status/services.py). Pure.
 
-The add-on's Go module is not served to our tests, so no interceptor runs there: what is rendered here is held to
-the add-on's CRD (kedacore/http-add-on config/crd/bases/http.keda.sh_interceptorroutes.yaml, the v1beta1 API of
-add-on 0.14 and later) in tests/test_front.py and, installed into the real API server, in the control-plane tier.
+No interceptor runs in our tests (it finds a route's Service by cluster DNS, which the test cluster has not): what
+is rendered here is held to the add-on's v1beta1 API (add-on 0.14 and later) by line in tests/test_front.py and,
+with the add-on's own CRD (its Go module at v0.15.0, fetched at test time) in the real API server, in the
+control-plane tier.
 """
 
 from __future__ import annotations
@@ -66,4 +67,3 @@ def external_push_trigger(w: Workload, scaler: str) -> dict[str, Any]:
     pkg/k8s/scaledobject.go 11-18: type external-push, metadata scalerAddress and interceptorRoute): KEDA wakes the
     Deployment from zero on the first held request, pushed at once rather than polled."""
     return {"type": "external-push", "name": "front", "metadata": {"scalerAddress": scaler, "interceptorRoute": w.name}}
-

@@ -285,7 +285,7 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
         target = concurrency_target(spec.engine.max_num_seqs, resolve_targets(a, ctx.policy).queue_per_replica)
         objects.append(interceptor_route(a.front.keda_http_add_on, w, resource.metadata.uid, spec.service.port, readiness, target))
     if a is not None and a.backend == "keda":
-        objects.append(scaled_object(resource, ctx.policy, w, ctx.keda_http_scaler))
+        objects.append(scaled_object(resource, ctx.policy, w, ctx.settings.keda_http_scaler))
     if spec.network_policy is not None:
-        objects.append(network_policy(resource, w, ctx.keda_http_namespace))
+        objects.append(network_policy(resource, w, ctx.settings.keda_http_namespace))
     return objects

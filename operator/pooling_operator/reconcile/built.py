@@ -61,8 +61,8 @@ def built(
                 policy_problems, reason = [broken], C.POLICY_INVALID
             else:
                 policy, policy_problems = _policy(resource, policies.valid, labels)
-        ctx = BuildContext(policy=policy, model_cache=model_cache, keda_http_scaler=settings.keda_http_scaler,
-                           keda_http_namespace=settings.keda_http_namespace, typical_startup_seconds=typical, **({"operator_image": operator_image} if operator_image else {}))
+        ctx = BuildContext(policy=policy, model_cache=model_cache, settings=settings, typical_startup_seconds=typical,
+                           **({"operator_image": operator_image} if operator_image else {}))
         p = plan(resource, result.contract, ctx, result.workload) if not policy_problems else None
         desired = [with_hash(o) for o in p.objects] if p is not None else []
         if p is not None:  # one copy of the children per resource: the plan's own are not read again
