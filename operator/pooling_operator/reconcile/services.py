@@ -12,8 +12,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import Gauge, Histogram
-
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
@@ -28,6 +26,7 @@ from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.spaces import space_problems
 from pooling_operator.reconcile.state import Memory
 from pooling_operator.status import conditions as C
+from pooling_operator.status.exposition import Gauges, Histograms
 from pooling_operator.status.services import (
     WHOLE_DEVICE,
     degraded_by_time,
@@ -40,13 +39,14 @@ from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.workload import workload
 
 CATCH_UP_SECONDS = 10.0
-STARTUP = Histogram(
+# Per service, so held as plain numbers (status/exposition.py): prometheus_client's own children cost 20 KiB a service.
+STARTUP = Histograms(
     "vllm_pooling_operator_replica_startup_seconds",
     "Seconds from a replica's pod created to each start-up phase (status/startup.py): scheduled, initialized, "
     "started (the vLLM container), ready. phase=\"ready\" is the whole start-up.",
     ["kind", "namespace", "name", "phase"], buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200),
 )
-GPUS_HELD = Gauge(
+GPUS_HELD = Gauges(
     "vllm_pooling_operator_gpus_held",
     "GPUs a service's pods hold now, for chargeback: its Deployment's pods x what one pod holds (whole GPUs, or the "
     "fraction a share is, or a whole device where its DRA capacity request was dropped: status.services.gpus_as_placed). "
@@ -112,12 +112,12 @@ class Services:
         meta = body["metadata"]
         for sample in _fresh_startups(memory, meta["uid"], ctx.cache.pods_of(owner_key(body)), old_status, count=True):
             for phase, seconds in sample.phases.items():
-                STARTUP.labels(body["kind"], meta.get("namespace", ""), meta["name"], phase).observe(seconds)
+                STARTUP.observe((body["kind"], meta.get("namespace", ""), meta["name"], phase), seconds)
         resource = desired.built.resource
         assert isinstance(resource, PoolingService | ScoringService)
         whole_device = placed_whole(status)
-        GPUS_HELD.labels(body["kind"], meta.get("namespace", ""), meta["name"]).set(
-            (status.get("replicas") or 0) * gpus_as_placed(resource, whole_device))
+        GPUS_HELD.set((body["kind"], meta.get("namespace", ""), meta["name"]),
+                      (status.get("replicas") or 0) * gpus_as_placed(resource, whole_device))
         if whole_device and (meta["uid"], "GpuShareNotHonoured") not in memory.warned:
             memory.warned.add((meta["uid"], "GpuShareNotHonoured"))
             ctx.event(body, "Warning", "GpuShareNotHonoured", f"spec.resources.gpu.share.memory is not what each pod gets: {WHOLE_DEVICE}.")
@@ -141,10 +141,8 @@ def forget_metrics(resource: object) -> None:
     """Drop a gone service's series (a gauge would otherwise keep charging its last value)."""
     if isinstance(resource, Resource) and family(resource.kind) == "service":
         labels = (resource.kind, resource.metadata.namespace or "", resource.metadata.name)
-        try:
-            GPUS_HELD.remove(*labels)
-        except KeyError:
-            pass
+        GPUS_HELD.remove(labels)
+        STARTUP.remove_prefix(labels)  # every phase's
 
 
 def _fresh_startups(memory: Memory, uid: str, pods: list[dict[str, Any]], old_status: dict[str, Any], *,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Gauge
-
 from pooling_operator.k8s.cache import OwnerKey
+from pooling_operator.status.exposition import Gauges
 from pooling_operator.status.series import FAMILIES, OBJECT_LABELS, series
 
-GAUGES = {f.name: Gauge(f.name, f.help, [*OBJECT_LABELS, f.label]) for f in FAMILIES}
+# plain numbers per object, not one prometheus_client child each (status/exposition.py: the memory at 10,000 services)
+GAUGES = {f.name: Gauges(f.name, f.help, [*OBJECT_LABELS, f.label]) for f in FAMILIES}
 
 
 class Series:
@@ -24,17 +24,17 @@ class Series:
         old = self._set.pop(key, {})
         for family, values in old.items():
             for value in values - set(new.get(family, {})):
-                GAUGES[family].remove(*key, value)
+                GAUGES[family].remove((*key, value))
         for family, values in new.items():
             for value, number in values.items():
-                GAUGES[family].labels(*key, value).set(number)
+                GAUGES[family].set((*key, value), number)
         if new:
             self._set[key] = {family: set(values) for family, values in new.items()}
 
     def drop(self, key: OwnerKey) -> None:
         for family, values in self._set.pop(key, {}).items():
             for value in values:
-                GAUGES[family].remove(*key, value)
+                GAUGES[family].remove((*key, value))
 
     def __len__(self) -> int:
         return len(self._set)
