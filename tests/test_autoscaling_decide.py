@@ -259,3 +259,43 @@ def test_a_restart_does_not_skip_the_scale_down_window() -> None:
     assert first_down * 15 >= 300
     up = decide(0, sig(waiting=8 * 16, reporting=2), Observed(replicas=2, ready=2), T, State())
     assert up.desired == 6
+
+
+# ---- a surge lifts the backlog caps -----------------------------------------------------------------------------
+
+def _rising(now: float, rps: float, waiting: float, p99: float, replicas: int, reporting: int, *, since: float = 0.0,
+            state: State | None = None) -> tuple[State, object]:
+    """Arrivals rising steadily from `since` (a read every 15 s: 40 % more over the span), then one read at `now`
+    with `replicas` set and `reporting` of them reporting."""
+    state = state or State()
+    t = since
+    while t < now:
+        share = 0.6 + 0.4 * (t - since) / max(1.0, now - since)
+        d = decide(t, sig(rps=rps * share, reporting=reporting, waiting=0, p99=0.05), Observed(replicas=reporting, ready=reporting, startup_seconds=60),
+                   replace(T, max_replicas=64), state)
+        state = d.state
+        t += 15
+    d = decide(now, sig(rps=rps, reporting=reporting, waiting=waiting, p99=p99), Observed(replicas=replicas, ready=reporting, startup_seconds=60),
+               replace(T, max_replicas=64), state)
+    return d.state, d
+
+
+def test_a_surge_lets_the_backlog_signals_past_the_replicas_still_loading() -> None:
+    # 2 report, 2 more load; the arrivals rose for three minutes and the queue grows, p99 at 8x the target: the
+    # replicas coming were planned for a rate already passed, so p99 asks for what it measures (2 x 8 = 16),
+    # limited only by the step (doubling from 4 to 8).
+    _, d = _rising(180, rps=600, waiting=400, p99=2.0, replicas=4, reporting=2)
+    assert d.recommendations["p99"] == 16 and d.desired == 8
+    assert "a surge" in d.reason
+
+
+@pytest.mark.parametrize(("case", "kwargs"), [
+    ("a rise seen for less than two minutes is not a trend yet", {"since": 90}),
+    ("p99 under twice its target is a backlog the tolerance may hold", {"p99": 0.45}),
+    ("a queue under its target per pod", {"waiting": 20}),
+])
+def test_without_a_surge_the_replicas_loading_cap_the_backlog_signals(case: str, kwargs: dict) -> None:
+    args = {"rps": 600.0, "waiting": 400.0, "p99": 2.0, "since": 0.0} | kwargs
+    _, d = _rising(180, args["rps"], args["waiting"], args["p99"], replicas=4, reporting=2, since=args["since"])
+    assert d.recommendations.get("p99", 4) <= 4 and d.desired == 4, case
+    assert "a surge" not in d.reason
