@@ -45,6 +45,7 @@ test: ## Run every test: lint, layer contract, CRD drift, unit, control-plane, o
 	@VPO_LEDGER=$(LEDGER) $(PYTHON) -m e2e.ledger begin
 	@$(TIMED) venv -- $(MAKE) --no-print-directory venv
 	@$(TIMED) "lint, layers, CRD drift" -- $(MAKE) --no-print-directory lint crds-check
+	@$(TIMED) "Prometheus (Debian package, when absent)" -- $(MAKE) --no-print-directory prometheus-or-skip
 	@echo "==> control-plane binaries, the vLLM runtime and the operator image (built in parallel, cached outside the clone)"
 	@$(MAKE) --no-print-directory -j3 timed-cluster-build timed-vllm-runtime timed-image
 	@echo "==> third-party controllers (KEDA, Kueue): built in the background at low priority while the tiers run (log: $(CONTROLLERS_LOG)); the tests that need them wait"
@@ -77,6 +78,13 @@ image: venv ## Build the operator image from images/operator/Dockerfile with bui
 .PHONY: image-or-skip
 image-or-skip: venv
 	@$(PY) -m e2e.image || echo "==> operator image not built (above): test_operator_image.py skips (fails under CI=true, or reports the build's error)"
+
+.PHONY: prometheus prometheus-or-skip
+prometheus: venv ## Install Debian's prometheus package (prometheus, promtool) when absent: apt-get, root (once, ~20 s)
+	@$(PY) -m e2e.kube.prometheus
+
+prometheus-or-skip: venv
+	@$(PY) -m e2e.kube.prometheus || echo "==> Prometheus not installed (above): the tests that need it skip (and fail under CI=true)"
 
 .PHONY: vllm-runtime-or-skip
 vllm-runtime-or-skip: venv

@@ -292,3 +292,20 @@ class PrometheusServer:
     def targets(self) -> list[dict[str, Any]]:
         """The active scrape targets (``labels``, ``health``, ``lastError``, ``scrapeUrl``, ...)."""
         return self._api("/api/v1/targets", {"state": "active"})["activeTargets"]
+
+
+def main() -> int:
+    """`make prometheus`: install Debian's package when absent, before the unit tier (its promtool checks the chart's
+    alert rules and the dashboards' queries) and the tiers that start a server."""
+    try:
+        binary = ensure_installed()
+    except PrometheusUnavailable as e:
+        print(f"prometheus: {e}")
+        return 1
+    tool = binary.with_name("promtool")
+    print(f"prometheus: {binary}" + (f" and {tool}" if tool.exists() else ", no promtool beside it"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
