@@ -27,7 +27,7 @@ bench/results/reconcile.json as {"machine": ..., "runs": [...]}. Not part of `ma
 operator running and left to become Ready, then the operator is restarted `--restarts` times (default 3) and
 each restart's first full pass, wall time, requests and peak RSS are recorded with their median
 (`restart_runs`, `restart_median_s`); the creation's peak RSS is recorded too. `--profile DIR` writes a py-spy
-flame graph of each restart (py-spy on PATH or in $PY_SPY; nothing is installed).
+flame graph of each restart, in either mode (py-spy on PATH or in $PY_SPY; nothing is installed).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def bench_cluster(n: int, run_dir: Path, keep: bool) -> ControlPlane:
     return ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
 
 
-def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
+def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-{n}-"))
     cp = bench_cluster(n, run_dir, keep)
     row: dict[str, Any] = {"n": n}
@@ -382,8 +382,10 @@ def run_one(n: int, steady: float, keep: bool) -> dict[str, Any]:
         restarted = time.monotonic()
         again = operators(cp, kubeconfig, "operator-restarted")
         ops.extend(again)
+        spies = spy_on(again, profile / f"n{n}" if profile else None, "operator-restarted")
         wait_for(lambda: all(metric(o, "vllm_pooling_operator_first_pass_seconds") > 0 for o in again), timeout=600, interval=0.5,
                  what="the first full pass")  # fmt: skip
+        stop_spies(spies)
         row["restart_resync_s"] = round(max(metric(o, "vllm_pooling_operator_first_pass_seconds") for o in again), 2)
         row["restart_wall_s"] = round(time.monotonic() - restarted, 2)
         reads, writes, by = split(audit.since(mark))
@@ -428,15 +430,10 @@ def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path |
     mark = audit.mark()
     started = time.monotonic()
     op = OperatorProcess(cp, label, resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
-    spy: subprocess.Popen[bytes] | None = None
+    spies: list[subprocess.Popen[bytes]] = []
     try:
         op.start(timeout=120)
-        if profile is not None:
-            profile.mkdir(parents=True, exist_ok=True)
-            exe = os.environ.get("PY_SPY", "py-spy")
-            spy = subprocess.Popen([exe, "record", "--pid", str(op.proc.pid), "--rate", "50", "--nonblocking",  # type: ignore[union-attr]
-                                    "--format", "speedscope", "-o", str(profile / f"{label}.json")],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        spies = spy_on([op], profile, label)
         wait_for(lambda: metric(op, "vllm_pooling_operator_first_pass_seconds") > 0, timeout=900, interval=0.5, what="the first full pass")
         row: dict[str, Any] = {"first_pass_s": round(metric(op, "vllm_pooling_operator_first_pass_seconds"), 2),
                                "wall_s": round(time.monotonic() - started, 2)}  # fmt: skip
@@ -445,10 +442,26 @@ def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path |
         row.update(reads=reads, writes=writes, requests=by, peak_rss_mb=round(rss, 1), cpu_s=round(cpu, 1))
         return row
     finally:
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(timeout=60)
+        stop_spies(spies)
         op.stop()
+
+
+def spy_on(ops: list[OperatorProcess], profile: Path | None, label: str) -> list[subprocess.Popen[bytes]]:
+    """With --profile: a py-spy recording (speedscope, 50 Hz, not stopping the process) of each operator, into DIR/LABEL[-i].json."""
+    if profile is None:
+        return []
+    profile.mkdir(parents=True, exist_ok=True)
+    exe = os.environ.get("PY_SPY", "py-spy")
+    return [subprocess.Popen([exe, "record", "--pid", str(o.proc.pid), "--rate", "50", "--nonblocking",  # type: ignore[union-attr]
+                              "--format", "speedscope", "-o", str(profile / f"{label}{'' if len(ops) == 1 else f'-{i}'}.json")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for i, o in enumerate(ops)]  # fmt: skip
+
+
+def stop_spies(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
 
 
 def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dict[str, Any]:
@@ -503,7 +516,7 @@ def main() -> int:
     p.add_argument("--only", choices=["restart"], help="restart: only the restart phase, --restarts times (see above)")
     p.add_argument("--restarts", type=int, default=3, help="restarts per N with --only restart (default 3)")
     p.add_argument("--label", default="", help="with --only restart: a name for this set of rows (before, after)")
-    p.add_argument("--profile", type=Path, help="with --only restart: py-spy speedscope profiles of each restart here")
+    p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of each restart here (DIR/nN/...)")
     args = p.parse_args()
     global GPUS_PER_NODE, NAMESPACES, SHARDS
     GPUS_PER_NODE, NAMESPACES, SHARDS = args.gpus_per_node, args.namespaces, args.shards
@@ -517,7 +530,7 @@ def main() -> int:
         if args.only == "restart":
             runs.append(run_restarts(n, args.restarts, args.keep, args.profile))
         else:
-            runs.append(run_one(n, args.steady, args.keep))
+            runs.append(run_one(n, args.steady, args.keep, args.profile))
         if args.only is None:  # the runs replace the file's; restart rows recorded before stay
             args.out.parent.mkdir(parents=True, exist_ok=True)
             before = json.loads(args.out.read_text()) if args.out.exists() else {}
