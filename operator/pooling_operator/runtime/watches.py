@@ -27,6 +27,7 @@ from pooling_operator.k8s.cache import index_key, owner_key, project, queue_stor
 from pooling_operator.k8s.informer import Event, Informer
 from pooling_operator.k8s.store import Store
 from pooling_operator.reconcile import Context
+from pooling_operator.runtime.heap import Heap
 from pooling_operator.runtime.shards import Sharding
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,14 @@ class Watches:
                 ))  # fmt: skip
         self.crds: Informer | None = None  # watched once some kind is not served
         self.synced = False
+        self.heap = Heap()  # the collector held while the first lists fill the stores (runtime/heap.py)
         self._tasks: list[asyncio.Task[Any]] = []
 
     # ---- lifetime ----
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.heap.hold()
         self._tasks = [loop.create_task(i.run(), name=f"watch {i.name}") for i in self.informers]
 
     async def stop(self) -> None:
@@ -124,6 +127,7 @@ class Watches:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        self.heap.release()
 
     def objects(self) -> dict[str, int]:
         """Objects held per store (the bench and the churn test read it)."""
@@ -202,6 +206,7 @@ class Watches:
         if not self.synced and all(i.lists for i in self.informers):
             self.synced = True
             log.info("Caches filled: %s", ", ".join(f"{n} {k}" for k, n in self.objects().items() if n))
+            self.heap.settle()
             self.runtime.cache_synced()
 
     def _crd_event(self, event: Event) -> None:
