@@ -424,12 +424,15 @@ def operators(cp: ControlPlane, kubeconfig: Path, label: str) -> list[OperatorPr
     return out
 
 
-def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path | None) -> dict[str, Any]:
-    """Start an operator over what exists; until its first full pass: seconds, wall, requests, peak RSS."""
+def restart_once(cp: ControlPlane, kubeconfig: Path, label: str, profile: Path | None, code: Path | None = None) -> dict[str, Any]:
+    """Start an operator over what exists; until its first full pass: seconds, wall, requests, peak RSS. `code`: a
+    checkout whose operator/ the process imports instead of this tree's (--before)."""
     audit = cp.audit
     mark = audit.mark()
     started = time.monotonic()
     op = OperatorProcess(cp, label, resync_seconds=30, standalone=True, kubeconfig=kubeconfig)
+    if code is not None:
+        op.env["PYTHONPATH"] = str(code / "operator")  # ahead of the venv's editable path to this tree
     spies: list[subprocess.Popen[bytes]] = []
     try:
         op.start(timeout=120)
@@ -464,7 +467,7 @@ def stop_spies(spies: list[subprocess.Popen[bytes]]) -> None:
         spy.wait(timeout=60)
 
 
-def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dict[str, Any]:
+def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None, before: Path | None = None) -> dict[str, Any]:
     """--only restart: N services made Ready by one operator, then `restarts` restarts over them."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-restart-{n}-"))
     cp = bench_cluster(n, run_dir, keep)
@@ -487,15 +490,26 @@ def run_restarts(n: int, restarts: int, keep: bool, profile: Path | None) -> dic
         finally:
             op.stop()
         runs = []
+        # with --before: before, after, before, after ... on the same objects, so the two codes share the cluster's state
+        codes: list[tuple[str, Path | None]] = [("before", before), ("after", None)] if before else [("", None)]
         for i in range(restarts):
-            r = restart_once(cp, kubeconfig, f"operator-restart-{i + 1}", profile / f"n{n}" if profile else None)
-            runs.append(r)
-            say(f"N={n}: restart {i + 1}: first full pass {r['first_pass_s']}s ({r['wall_s']}s wall), {r['writes']} writes, "
-                f"{r['reads']} reads, peak RSS {r['peak_rss_mb']:.0f} MiB, CPU {r['cpu_s']}s")
+            for which, code in codes:
+                name = f"operator-restart-{i + 1}{'-' + which if which else ''}"
+                r = restart_once(cp, kubeconfig, name, profile / f"n{n}" if profile else None, code)
+                if which:
+                    r["code"] = which
+                runs.append(r)
+                say(f"N={n}: restart {i + 1}{' (' + which + ')' if which else ''}: first full pass {r['first_pass_s']}s "
+                    f"({r['wall_s']}s wall), {r['writes']} writes, {r['reads']} reads, peak RSS {r['peak_rss_mb']:.0f} MiB, CPU {r['cpu_s']}s")
         row["restart_runs"] = runs
-        row["restart_median_s"] = statistics.median(r["first_pass_s"] for r in runs)
-        row["restart_peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
-        say(f"N={n}: restart median {row['restart_median_s']}s, peak RSS {row['restart_peak_rss_mb']:.0f} MiB")
+        for which, _ in codes:
+            mine = [r for r in runs if r.get("code", "") == which]
+            suffix = f"_{which}" if which else ""
+            row[f"restart_median_s{suffix}"] = statistics.median(r["first_pass_s"] for r in mine)
+            row[f"restart_cpu_median_s{suffix}"] = statistics.median(r["cpu_s"] for r in mine)
+            row[f"restart_peak_rss_mb{suffix}"] = max(r["peak_rss_mb"] for r in mine)
+            say(f"N={n}: restart{' (' + which + ')' if which else ''} median {row[f'restart_median_s{suffix}']}s, "
+                f"CPU {row[f'restart_cpu_median_s{suffix}']}s, peak RSS {row[f'restart_peak_rss_mb{suffix}']:.0f} MiB")
     finally:
         cp.stop()
     return row
@@ -516,6 +530,9 @@ def main() -> int:
     p.add_argument("--only", choices=["restart"], help="restart: only the restart phase, --restarts times (see above)")
     p.add_argument("--restarts", type=int, default=3, help="restarts per N with --only restart (default 3)")
     p.add_argument("--label", default="", help="with --only restart: a name for this set of rows (before, after)")
+    p.add_argument("--before", type=Path,
+                   help="with --only restart: a checkout of the code to compare (git worktree add DIR COMMIT); each restart "
+                   "runs it, then this tree, on the same services")
     p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of each restart here (DIR/nN/...)")
     args = p.parse_args()
     global GPUS_PER_NODE, NAMESPACES, SHARDS
@@ -528,7 +545,7 @@ def main() -> int:
     runs = []
     for n in args.n or [100, 500, 1000]:
         if args.only == "restart":
-            runs.append(run_restarts(n, args.restarts, args.keep, args.profile))
+            runs.append(run_restarts(n, args.restarts, args.keep, args.profile, args.before))
         else:
             runs.append(run_one(n, args.steady, args.keep, args.profile))
         if args.only is None:  # the runs replace the file's; restart rows recorded before stay
@@ -540,8 +557,10 @@ def main() -> int:
         recorded = json.loads(args.out.read_text()) if args.out.exists() else {"machine": machine, "runs": []}
         recorded.setdefault("restart", []).append({"machine": machine, "label": args.label, "runs": runs})
         args.out.write_text(json.dumps(recorded, indent=2) + "\n")
-        print(f"N / first full pass (median of {args.restarts}) / peak RSS: " + "; ".join(
-            f"{r['n']}: {r['restart_median_s']}s / {r['restart_peak_rss_mb']:.0f} MiB" for r in runs))
+        for which in ("before", "after") if args.before else ("",):
+            suffix = f"_{which}" if which else ""
+            print(f"N / first full pass (median of {args.restarts}) / peak RSS{' (' + which + ')' if which else ''}: " + "; ".join(
+                f"{r['n']}: {r['restart_median_s' + suffix]}s / {r['restart_peak_rss_mb' + suffix]:.0f} MiB" for r in runs))
     print(json.dumps(runs, indent=2))
     print(f"wrote {args.out}")
     return 0
