@@ -14,6 +14,7 @@ from pooling_operator.runtime.heap import Heap
 @pytest.fixture(autouse=True)
 def collector() -> Iterator[None]:
     was = gc.isenabled()
+    gc.unfreeze()  # whatever another test in this process froze: the counts below start from nothing
     gc.enable()
     yield
     gc.unfreeze()

@@ -3,8 +3,9 @@
 The stores hold every watched object as parsed JSON: dicts and lists of strings and numbers, which refcounting
 frees and which never form a cycle. CPython's cyclic collector still tracks each of those containers and walks
 all of them in every full collection, and a full collection runs each time the tracked objects have grown by a
-quarter: while a restart lists 10,000 services' objects (about 50,000 objects, millions of containers), most of
-the parse's time went to those walks (bench/README.md, "The restart at 10,000 and the collector").
+quarter: while a restart lists 10,000 services' objects (each object dozens of containers), most of what the
+profile put under the parse was those walks (bench/README.md, "The restart at 10,000 and the collector";
+`bench/reconcile/parse_cost.py`).
 
 So while the informers' first lists fill the stores the collector is held (`hold`); once every kind is listed
 (`settle`) one full collection frees whatever cycles the start made, and `gc.freeze` moves every object alive
