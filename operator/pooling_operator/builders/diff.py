@@ -7,7 +7,6 @@ apply then removes them).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from typing import Any
@@ -16,14 +15,16 @@ from pooling_operator.api.quantity import parse_quantity
 
 HASH_ANNOTATION = "vllm-pooling.io/applied-hash"
 _EMPTY: tuple[Any, ...] = ("", [], {}, None)
+_QUANTITIES = ("resources", "sizeLimit")  # fields whose values are quantities ("0.5" and "500m" are one value)
 
 
 def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object with the hash of its own content in an annotation."""
-    out = copy.deepcopy(obj)
-    out["metadata"].setdefault("annotations", {}).pop(HASH_ANNOTATION, None)
+    """The object with the hash of its own content in an annotation. A new object down to its annotations; below
+    that it shares `obj`'s values (nothing writes into a built child; a deep copy was half of a restart's plan)."""
+    annotations = {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k != HASH_ANNOTATION}
+    out = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
     digest = hashlib.sha256(json.dumps(out, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-    out["metadata"]["annotations"][HASH_ANNOTATION] = digest
+    annotations[HASH_ANNOTATION] = digest
     return out
 
 
@@ -67,10 +68,15 @@ def covers(have: Any, want: Any, quantity: bool = False, field: str | None = Non
     an associative list (matched by its merge key, ASSOCIATIVE_LISTS); atomic lists compare whole. An empty
     value we set counts as present when the server dropped it (e.g. an env var's value: "")."""
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(
-            covers(have[k], v, quantity or k in ("resources", "sizeLimit"), k) if k in have else v in _EMPTY
-            for k, v in want.items()
-        )
+        if not isinstance(have, dict):
+            return False
+        for k, v in want.items():  # a loop, and equal values not walked: a restart compares every child once
+            if k not in have:
+                if v not in _EMPTY:
+                    return False
+            elif (h := have[k]) != v and not covers(h, v, quantity or k in _QUANTITIES, k):
+                return False
+        return True
     if isinstance(want, list):
         if not isinstance(have, list):
             return False
