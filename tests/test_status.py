@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pooling_operator.builders import BuildContext, build
-from pooling_operator.builders.diff import needs_apply, with_hash
+from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply, with_hash
 from pooling_operator.status import conditions
 from pooling_operator.status.services import invalid_status, service_status
 from pooling_operator.vllm.contract import contract
@@ -138,6 +138,18 @@ def test_atomic_lists_are_compared_whole() -> None:
     observed = copy.deepcopy(desired)
     observed["subjects"].append({"kind": "User", "name": "intruder"})
     assert needs_apply(desired, observed)
+
+
+def test_with_hash_leaves_its_input_alone_and_keeps_the_digest_children_already_carry() -> None:
+    """The digest is what every child in a cluster already carries: a change of it would re-apply them all on the
+    next start. The input is not written into (it shares values with the output below the annotations)."""
+    plain = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "labels": {"a": "1"}}, "spec": {"ports": [{"port": 80}]}}
+    annotated = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "annotations": {"b": "2"}}, "spec": {"ports": [{"port": 80}]}}
+    before = copy.deepcopy([plain, annotated])
+    assert with_hash(plain)["metadata"]["annotations"] == {HASH_ANNOTATION: "36060d9a3fa0d1de"}
+    assert with_hash(annotated)["metadata"]["annotations"] == {"b": "2", HASH_ANNOTATION: "8eb5948dd2402051"}
+    assert [plain, annotated] == before
+    assert with_hash(with_hash(annotated)) == with_hash(annotated)  # its own annotation is not part of the digest
 
 
 def test_a_field_we_stop_setting_is_seen_through_the_hash() -> None:
