@@ -153,8 +153,6 @@ def test_with_hash_leaves_its_input_alone_and_keeps_the_digest_children_already_
 
 
 def test_a_field_we_stop_setting_is_seen_through_the_hash() -> None:
-    from pooling_operator.builders.diff import with_hash
-
     def deployment_of(spec: dict[str, Any]) -> dict[str, Any]:
         return with_hash(next(o for o in build(parsed(pooling(spec)), contract("0.33"), BuildContext()) if o["kind"] == "Deployment"))
 
