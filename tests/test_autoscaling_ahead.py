@@ -3,13 +3,14 @@ scale-down after a clear fall, and how decide uses them only where the user left
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
 import pytest
 
 from pooling_operator.autoscaling import ahead
-from pooling_operator.autoscaling.decide import Observed, Signals, State, Targets, decide
+from pooling_operator.autoscaling.decide import TARGET_UTILIZATION, Observed, Signals, State, Targets, decide
 
 T = Targets(min_replicas=1, max_replicas=32, queue_per_replica=16, p99_seconds=0.25, up_window_seconds=0, down_window_seconds=300)
 
@@ -193,3 +194,28 @@ def test_without_requests_in_the_system_a_rising_trend_still_plans_ahead() -> No
     # no inSystem series (an exporter without the latency sum): the rule as before, on the arrivals alone
     rising = [replace(load(0.4 * 1.1**i), in_system=None) for i in range(13)]
     assert drive(T, 180.0, rising, replicas=1)[-1] > 1
+
+
+def test_a_rising_trend_asks_for_no_more_than_the_rate_a_replica_has_served_on_target() -> None:
+    # 16 replicas run what fewer served on target before (250/s each, on target, never saturated): a rise asks for
+    # what the forecast needs at that rate and the planned utilisation, not for today's 16 scaled by the rise. The
+    # latter ratchets under noise: each rise that looks like a trend scales the count the last one raised, and
+    # the scale-down window holds it (bench/README.md, "A trend that ratcheted").
+    rates = [1000.0 + 25 * i for i in range(12)]
+    state = State(capacity_tokens=250.0 * 16, capacity_floor=250.0 * 16, arrivals=samples(rates))
+    s = Signals(waiting=0.0, reporting=16, completions=1275.0, in_system=1275.0 * 0.03, tokens=1275.0 * 16, p99=0.05)
+    d = decide(180.0, s, Observed(replicas=16, ready=16, startup_seconds=180.0), T, state)
+    expected = d.values["expectedArrivalRate"]
+    assert expected > 1275.0  # a rise, planned one start-up ahead
+    assert d.recommendations["trend"] == math.ceil(expected / (250.0 * TARGET_UTILIZATION)) < 16
+    assert d.desired == 16  # and the scale-down window keeps what runs
+
+
+def test_a_rising_trend_on_replicas_at_their_busiest_is_not_capped() -> None:
+    # each replica serves the most it ever has: the cap (that rate, at the planned utilisation) is above today's
+    # count scaled by the rise, so a rising day is planned for as before
+    rates = [100.0 + 10 * i for i in range(12)]
+    s = Signals(waiting=0.0, reporting=2, completions=220.0, in_system=220.0 * 0.03, tokens=220.0 * 16, p99=0.05)
+    d = decide(180.0, s, Observed(replicas=2, ready=2, startup_seconds=180.0), T,
+               State(capacity_tokens=110.0 * 16, capacity_floor=110.0 * 16, arrivals=samples(rates)))
+    assert d.recommendations["trend"] == math.ceil(2 * d.values["expectedArrivalRate"] / 220.0) > 2

@@ -24,6 +24,9 @@ The algorithm
      well before anything waits, so this moves before the waiting gauge does;
    - `p99`: observed p99 against the target, only when above it (latency is not proportional to load, so
      it never argues for fewer replicas);
+   - `trend`: while no capacity is measured at saturation and the arrivals rise clearly (`ahead.forecast`),
+     the reporting replicas scaled to the forecast one start-up ahead, but no more than the forecast needs
+     at the rate a replica has already served on target, at `TARGET_UTILIZATION`;
    - `idle`: no completions and nothing waiting recommends `minReplicas`.
    The largest recommendation wins. Replicas still loading their model export no metrics and are not
    capacity: per-replica figures divide by the pods that report; while some load, the backlog signals
@@ -335,8 +338,15 @@ def decide(
     if expected > arrival * (1 + tol) and arrival > MIN_RATE and not state.capacity_saturated and not idle_ahead:
         # Rising, with no capacity measured yet: the replicas serving today's arrivals serve the forecast's
         # share of them at most, so as many more are started now as the rise asks for one start-up ahead. Not
-        # while the engines would still idle between requests at the forecast (idle_ahead).
-        recs["trend"] = _ceil(reporting * expected / arrival)
+        # while the engines would still idle between requests at the forecast (idle_ahead). And no more than
+        # the forecast needs at the rate a replica has already served on target, run at TARGET_UTILIZATION:
+        # without that bound each noisy rise that fits a line scales the count the last one raised, and the
+        # scale-down window holds it (a ratchet; bench/README.md, "A trend that ratcheted"). On replicas at
+        # the busiest they have been the bound is above today's count scaled, so a rising day is unchanged.
+        trend = _ceil(reporting * expected / arrival)
+        if capacity_rps:
+            trend = min(trend, _ceil(expected / (capacity_rps * TARGET_UTILIZATION)))
+        recs["trend"] = trend
     if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
         recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
     backlog_signals = ("queue", "p99", "inSystem")
