@@ -211,11 +211,14 @@ def test_a_rising_trend_asks_for_no_more_than_the_rate_a_replica_has_served_on_t
     assert d.desired == 16  # and the scale-down window keeps what runs
 
 
-def test_a_rising_trend_on_replicas_at_their_busiest_is_not_capped() -> None:
-    # each replica serves the most it ever has: the cap (that rate, at the planned utilisation) is above today's
-    # count scaled by the rise, so a rising day is planned for as before
-    rates = [100.0 + 10 * i for i in range(12)]
-    s = Signals(waiting=0.0, reporting=2, completions=220.0, in_system=220.0 * 0.03, tokens=220.0 * 16, p99=0.05)
+def test_a_rising_trend_on_replicas_near_their_busiest_is_not_capped() -> None:
+    # each replica serves 100/s of the 110/s it served on target before (above the planned utilisation of it): the
+    # cap, that rate at TARGET_UTILIZATION, stays above today's count scaled by the rise, so a rising day is planned
+    # for as before (a cap at the rate itself would ask for 3 here, one replica short)
+    rates = [90.0 + 10 * i for i in range(12)]
+    s = Signals(waiting=0.0, reporting=2, completions=200.0, in_system=200.0 * 0.03, tokens=200.0 * 16, p99=0.05)
     d = decide(180.0, s, Observed(replicas=2, ready=2, startup_seconds=180.0), T,
                State(capacity_tokens=110.0 * 16, capacity_floor=110.0 * 16, arrivals=samples(rates)))
-    assert d.recommendations["trend"] == math.ceil(2 * d.values["expectedArrivalRate"] / 220.0) > 2
+    expected = d.values["expectedArrivalRate"]
+    assert math.ceil(expected / 110.0) < math.ceil(2 * expected / 200.0)  # where a cap without the utilisation bites
+    assert d.recommendations["trend"] == math.ceil(2 * expected / 200.0) > 2
