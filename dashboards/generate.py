@@ -181,6 +181,9 @@ def operator() -> Dashboard:
         .with_panel(ts("Writes per second", "ops", target(f"sum by (kind, action) (rate(vllm_pooling_operator_writes_total[{RATE}]))", "{{action}} {{kind}}")))
         .with_panel(ts("API requests per second by verb", "reqps", target(f"sum by (verb) (rate(vllm_pooling_operator_api_requests_total[{RATE}]))", "{{verb}}")))
         .with_panel(ts("Queue depth", "short", target("vllm_pooling_operator_queue_depth", "{{instance}}")))
+        .with_panel(ts("Events waiting to be posted, and dropped", "short",
+                       target("vllm_pooling_operator_events_waiting", "waiting {{instance}}"),
+                       target(f"sum(increase(vllm_pooling_operator_events_dropped_total[{RATE}]))", "dropped")))
         .with_panel(ts("Re-lists after a watch came back 410 Gone", "short", target(f"sum by (kind) (increase(vllm_pooling_operator_relist_sweeps_total[{RATE}]))", "{{kind}}"))))  # fmt: skip
 
 

@@ -272,6 +272,7 @@ def test_a_first_pass_creates_children_then_an_idle_cluster_gets_no_request_at_a
             await drained(world)
             assert reconciled() == visits + 20
             assert dict(world.kube.requests) == before
+            assert REGISTRY.get_sample_value("vllm_pooling_operator_queue_depth") == 0  # idle reads idle
 
     asyncio.run(main())
 

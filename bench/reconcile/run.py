@@ -283,6 +283,20 @@ def ready_count(cp: ControlPlane, namespaces: list[str]) -> int:
     return n
 
 
+def decided_count(cp: ControlPlane, namespaces: list[str]) -> int:
+    """Services the operator autoscales that carry its autoscaler's first decision (a MetricsAvailable condition:
+    the bench has no Prometheus, so it says False, once, with an event)."""
+    n = 0
+    wanted = set(namespaces)
+    for plural in ("poolingservices", "scoringservices"):
+        for o in cp.api.get(f"{API}/{plural}")["items"]:  # type: ignore[union-attr]
+            auto = o["spec"].get("autoscaling")
+            if o["metadata"]["namespace"] not in wanted or not auto or auto.get("backend") == "keda":
+                continue
+            n += any(c["type"] == "MetricsAvailable" for c in (o.get("status") or {}).get("conditions") or [])
+    return n
+
+
 def count(cp: ControlPlane, path: str) -> int:
     return len(cp.api.get(path, timeout=60)["items"])  # type: ignore[union-attr]
 
@@ -357,8 +371,18 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
         reads, writes, by = split(audit.since(create_mark))
         row["create_reads"], row["create_writes"], row["create_requests"] = reads, writes, by
         say(f"N={n}: all Ready at {row['all_ready_s']}s; operator requests during creation: {reads} reads, {writes} writes")
-        settle = time.monotonic() + 20  # let the last status writes and events land before the window opens
-        wait_for(lambda: time.monotonic() >= settle, timeout=60, what="settling")
+        # the window opens once nothing is left to do: the autoscaler has made its first decision on each service it
+        # scales (its status and event come up to a loop period after Ready), and no shard has a resource waiting
+        # for a reconcile or an event waiting to be posted (a burst's events trail its writes: at 10,000 they
+        # used to post into the window)
+        autoscaled = sum(1 for o in objs if o["spec"].get("autoscaling", {}).get("backend", "operator") != "keda" and "autoscaling" in o["spec"])
+        wait_for(lambda: decided_count(cp, homes) >= autoscaled, timeout=creation_timeout(n), interval=2, what="the autoscaler's first decisions")
+        wait_for(lambda: all(metric(o, "vllm_pooling_operator_events_waiting") == 0
+                             and metric(o, "vllm_pooling_operator_queue_depth") == 0 for o in shards),
+                 timeout=creation_timeout(n), interval=0.5, what="no reconcile or event waiting")  # fmt: skip
+        row["settled_after_ready_s"] = round(time.monotonic() - started - row["all_ready_s"], 2)
+        row["events_dropped"] = sum(metric(o, "vllm_pooling_operator_events_dropped_total") for o in shards)
+        say(f"N={n}: nothing waiting {row['events_tail_s']}s after all Ready; {row['events_dropped']:.0f} events dropped")
 
         # 3. steady state
         mark = audit.mark()

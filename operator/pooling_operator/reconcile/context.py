@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.kinds import OWNER_KINDS
@@ -31,6 +32,9 @@ DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 EVENTS_IN_FLIGHT = 16  # events posted at once; more wait their turn
+EVENTS_BACKLOG = 1000  # events waiting at most; beyond it the oldest is dropped (client-go's recorder holds 1,000)
+EVENTS_WAITING = Gauge("vllm_pooling_operator_events_waiting", "Events queued or being posted.")
+EVENTS_DROPPED = Counter("vllm_pooling_operator_events_dropped", "Events dropped: more than EVENTS_BACKLOG were waiting.")
 
 
 class Tracker(Protocol):
@@ -51,26 +55,53 @@ class Tracker(Protocol):
 
 class Events:
     """Posts events without holding a reconcile up: events are best effort (kube.event logs failures), and a
-    reconcile that waits for each one takes twice as long to create the next child."""
+    reconcile that waits for each one takes twice as long to create the next child.
+
+    EVENTS_IN_FLIGHT workers post from one queue of at most EVENTS_BACKLOG events, each kept as a reference to its
+    object rather than the object. A burst that outruns the API server (ten thousand services created at once)
+    fills the queue; then the oldest waiting event is dropped and counted, as client-go's recorder drops what its
+    queue of 1,000 cannot hold: the newest events say what is true now, and the operator's memory and its writes
+    after the burst stay bounded. `vllm_pooling_operator_events_waiting` says how many are queued or posting."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(EVENTS_IN_FLIGHT)
+        self._queue: deque[tuple[dict[str, Any], str, str, str]] = deque()
+        self._workers: set[asyncio.Task[None]] = set()  # references, so they are not garbage-collected mid-flight
 
     def post(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._post(owner, type_, reason, message))
-        self._tasks.add(task)  # a reference, so it is not garbage-collected mid-flight
-        task.add_done_callback(self._tasks.discard)
+        if len(self._queue) >= EVENTS_BACKLOG:
+            self._queue.popleft()
+            EVENTS_WAITING.dec()
+            EVENTS_DROPPED.inc()
+        self._queue.append((reference(owner), type_, reason, message))
+        EVENTS_WAITING.inc()
+        if len(self._workers) < EVENTS_IN_FLIGHT:
+            self._workers.add(asyncio.get_running_loop().create_task(self._work()))
 
-    async def _post(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        async with self._slots:
-            await self.kube.event(owner, type_, reason, message)
+    async def _work(self) -> None:
+        try:
+            while self._queue:
+                owner, type_, reason, message = self._queue.popleft()
+                try:
+                    await self.kube.event(owner, type_, reason, message)
+                finally:
+                    EVENTS_WAITING.dec()
+        finally:
+            # gone from the set as soon as the queue is seen empty, with no await in between: a post() that comes
+            # later starts a worker of its own rather than counting on this one
+            self._workers.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def drain(self) -> None:
-        """Wait for the events in flight."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait until every queued event is posted (or has failed)."""
+        while self._workers:
+            await asyncio.gather(*list(self._workers), return_exceptions=True)
+
+
+def reference(obj: dict[str, Any]) -> dict[str, Any]:
+    """What an Event needs of its object (k8s/api.py's Kube.event): a queued event keeps no more of it."""
+    meta = obj["metadata"]
+    keep = ("name", "namespace", "uid", "resourceVersion")
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": {k: meta[k] for k in keep if k in meta}}
 
 
 @dataclass

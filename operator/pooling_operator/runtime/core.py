@@ -97,7 +97,7 @@ class Runtime:
         )
         ctx.tracker = self.autoscaler
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers), name="workers"))
+        self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers, after=self._count_queued), name="workers"))
         if self.watches is not None:
             self.watches.start()
         if self.leadership is not None:
@@ -210,6 +210,9 @@ class Runtime:
         if self.synced:
             self.queue.add(key, first=first)
             QUEUED.set(len(self.queue))
+
+    def _count_queued(self) -> None:
+        QUEUED.set(len(self.queue))
 
     def _recount_policies(self) -> None:
         if self.synced:

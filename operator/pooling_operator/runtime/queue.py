@@ -114,8 +114,10 @@ class WorkQueue(Generic[K]):
         """Wait until no key is queued or being worked on (delayed keys do not count)."""
         await self._idle.wait()
 
-    async def serve(self, worker: Callable[[K], Awaitable[None]], concurrency: int) -> None:
-        """Run `concurrency` workers forever; a worker's exception is the worker's to handle."""
+    async def serve(self, worker: Callable[[K], Awaitable[None]], concurrency: int,
+                    after: Callable[[], None] | None = None) -> None:
+        """Run `concurrency` workers forever; a worker's exception is the worker's to handle. `after` runs once
+        each key is done (the runtime's queue-depth gauge: without it the last key stayed counted once idle)."""
 
         async def loop() -> None:
             while True:
@@ -124,5 +126,7 @@ class WorkQueue(Generic[K]):
                     await worker(key)
                 finally:
                     self.done(key)
+                    if after is not None:
+                        after()
 
         await asyncio.gather(*(loop() for _ in range(concurrency)))
