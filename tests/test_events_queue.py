@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from pooling_operator.reconcile.context import EVENTS_BACKLOG, EVENTS_IN_FLIGHT, Events
@@ -47,7 +48,7 @@ def owner() -> dict[str, Any]:
     return body
 
 
-def test_a_burst_keeps_the_newest_events_and_counts_the_dropped_ones() -> None:
+def test_a_burst_keeps_the_newest_events_and_counts_the_dropped_ones(caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         kube = GatedKube()
         events = Events(kube)  # type: ignore[arg-type]
@@ -71,6 +72,9 @@ def test_a_burst_keeps_the_newest_events_and_counts_the_dropped_ones() -> None:
         assert sorted(messages) == sorted(kept)
         assert kube.most == EVENTS_IN_FLIGHT
         assert waiting() == before_waiting
+        said = [r.getMessage() for r in caplog.records if "Dropped" in r.getMessage()]
+        assert said == [f"Dropped {extra} events: more than {EVENTS_BACKLOG} waited to be posted (a burst faster than the "
+                        "API server took them); the newest were kept"]  # once, when the queue emptied
 
     asyncio.run(main())
 

@@ -67,12 +67,14 @@ class Events:
         self.kube = kube
         self._queue: deque[tuple[dict[str, Any], str, str, str]] = deque()
         self._workers: set[asyncio.Task[None]] = set()  # references, so they are not garbage-collected mid-flight
+        self._dropped = 0  # since the queue was last empty: said once in the log when it empties
 
     def post(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
         if len(self._queue) >= EVENTS_BACKLOG:
             self._queue.popleft()
             EVENTS_WAITING.dec()
             EVENTS_DROPPED.inc()
+            self._dropped += 1
         self._queue.append((reference(owner), type_, reason, message))
         EVENTS_WAITING.inc()
         if len(self._workers) < EVENTS_IN_FLIGHT:
@@ -86,6 +88,10 @@ class Events:
                     await self.kube.event(owner, type_, reason, message)
                 finally:
                     EVENTS_WAITING.dec()
+            if self._dropped:
+                log.warning("Dropped %d events: more than %d waited to be posted (a burst faster than the API server "
+                            "took them); the newest were kept", self._dropped, EVENTS_BACKLOG)
+                self._dropped = 0
         finally:
             # gone from the set as soon as the queue is seen empty, with no await in between: a post() that comes
             # later starts a worker of its own rather than counting on this one
