@@ -332,3 +332,25 @@ def test_an_answers_retry_after_header_is_read_in_seconds() -> None:
     assert classify(429, "Too Many Requests", "", {"Retry-After": "2"}).retry_after == 2.0
     assert classify(429, "Too Many Requests", "").retry_after is None
     assert classify(503, "Unavailable", "", {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}).retry_after is None
+
+
+def test_a_policys_own_status_write_reconciles_nothing_but_a_change_of_its_rules_does() -> None:
+    """Shard 0 writes each policy's count of services while they come and go; each write came back as a watch
+    event, and every shard ran a full pass over all its resources for it (every ~2 s through a burst)."""
+    from pooling_operator.runtime.watches import Watches
+
+    runtime = Recorder()
+    watches = Watches(runtime, [])  # type: ignore[arg-type]
+    handle = watches._handler(KINDS["AutoscalingPolicy"])
+    policy = {"apiVersion": "vllm-pooling.io/v1alpha1", "kind": "AutoscalingPolicy",
+              "metadata": {"name": "default", "uid": "p1", "resourceVersion": "1", "generation": 1},
+              "spec": {"default": True, "limits": {"maxReplicas": 8}}}
+    counted = {**policy, "metadata": {**policy["metadata"], "resourceVersion": "2"}, "status": {"services": 40}}
+    tighter = {**counted, "metadata": {**policy["metadata"], "resourceVersion": "3", "generation": 2},
+               "spec": {"default": True, "limits": {"maxReplicas": 4}}}
+    going = {**tighter, "metadata": {**tighter["metadata"], "resourceVersion": "4", "deletionTimestamp": "2026-12-06T12:00:00Z"}}
+    for event, calls in [(Event("ADDED", policy), 1), (Event("MODIFIED", counted), 1), (Event("MODIFIED", counted), 1),
+                         (Event("MODIFIED", tighter), 2), (Event("MODIFIED", going), 3), (Event("DELETED", going), 4)]:
+        handle(event)
+        assert runtime.calls.count(("policy",)) == calls, event.type
+    assert watches.policies.objects() == 0

@@ -73,6 +73,11 @@ def project_crd(body: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}}
 
 
+def _rules(policy: dict[str, Any]) -> tuple[Any, Any]:
+    """What services follow of an AutoscalingPolicy: its spec, and whether it is going away."""
+    return policy.get("spec"), policy["metadata"].get("deletionTimestamp")
+
+
 class Receiver(Protocol):
     """What the watches hand events to: the runtime (runtime/core.py)."""
 
@@ -182,9 +187,14 @@ class Watches:
                 placed(self.children[kind.kind], index_key(body), body, event)
                 runtime.on_child(body, deleted)
             elif role == "policy":
-                placed(self.policies, str(body["metadata"]["name"]), body, event)
+                name = str(body["metadata"]["name"])
+                before = next(iter(self.policies.get(name) or ()), None)
+                placed(self.policies, name, body, event)
                 runtime.ctx.cache.observed(body, deleted=deleted)
-                runtime.on_policy()
+                if deleted or before is None or _rules(before) != _rules(body):
+                    # not on a change of its status alone: shard 0 writes the policies' counts while services
+                    # come and go, and each write reconciled every resource of every shard again
+                    runtime.on_policy()
             elif role == "namespace":
                 labels = dict(body["metadata"].get("labels") or {})
                 placed(self.namespaces, str(body["metadata"]["name"]), labels, event)
