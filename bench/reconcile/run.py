@@ -78,6 +78,7 @@ def say(msg: str) -> None:
 
 NAMESPACES = 1  # --namespaces: services spread round-robin over this many namespaces (a shard owns whole namespaces)
 SHARDS = 1  # --shards: operator processes, each `--shard i/SHARDS`
+POLICY = False  # --policy: a default AutoscalingPolicy that the autoscaled services follow (its count moves as they come)
 
 
 def creation_timeout(n: int) -> float:
@@ -271,6 +272,11 @@ def metric(op: OperatorProcess, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def labelled(op: OperatorProcess, name: str) -> dict[str, float]:
+    """A family with one label: {label value: sample} (the resync passes by why they ran)."""
+    return {m.group(1): float(m.group(2)) for m in re.finditer(rf'^{name}{{\w+="([^"]*)"}} (\S+)$', op.metrics(name), re.M)}
+
+
 def ready_count(cp: ControlPlane, namespaces: list[str]) -> int:
     n = 0
     wanted = set(namespaces)
@@ -328,6 +334,11 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
     ops: list[OperatorProcess] = []  # stopped whatever happens: an operator outliving its control plane spins
     try:
         install_crds(cp)
+        if POLICY:
+            cp.api.request("POST", f"{API}/autoscalingpolicies", {  # type: ignore[union-attr]
+                "apiVersion": "vllm-pooling.io/v1alpha1", "kind": "AutoscalingPolicy", "metadata": {"name": "platform"},
+                "spec": {"default": True, "limits": {"maxReplicas": 4}}})
+            row["policy"] = True
         kubeconfig = least_privilege_kubeconfig(cp)
         objs_floor = rendered_children(services(n, "floor"))
         cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "floor"}})  # type: ignore[union-attr]
@@ -394,6 +405,8 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
         row["steady_state_writes"] = writes
         row["steady_state_reads_per_min"] = round(reads / minutes, 2)
         row["steady_state_requests"] = by
+        passes = [labelled(o, "vllm_pooling_operator_resync_passes_total") for o in shards]
+        row["full_passes"] = {why: sum(p.get(why, 0) for p in passes) for why in sorted({w for p in passes for w in p})}
         figures = [proc_figures(o.proc.pid) for o in shards]  # type: ignore[union-attr]
         rss, cpu = max(f[0] for f in figures), sum(f[1] for f in figures)
         row["operator_peak_rss_mb"] = round(rss, 1)  # the largest shard's
@@ -556,6 +569,8 @@ def main() -> int:
                    "use with --namespaces")
     p.add_argument("--gpus-per-node", type=int, default=8,
                    help="GPUs of each kwok node (default 8; fewer nodes, fewer node Lease renewals)")
+    p.add_argument("--policy", action="store_true",
+                   help="a default AutoscalingPolicy the autoscaled services follow (its status counts them as they come)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reconcile.json")
     p.add_argument("--only", choices=["restart"], help="restart: only the restart phase, --restarts times (see above)")
     p.add_argument("--restarts", type=int, default=3, help="restarts per N with --only restart (default 3)")
@@ -565,13 +580,13 @@ def main() -> int:
                    "runs it, then this tree, on the same services")
     p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of each restart here (DIR/nN/...)")
     args = p.parse_args()
-    global GPUS_PER_NODE, NAMESPACES, SHARDS
-    GPUS_PER_NODE, NAMESPACES, SHARDS = args.gpus_per_node, args.namespaces, args.shards
+    global GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY
+    GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY = args.gpus_per_node, args.namespaces, args.shards, args.policy
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the operator and the control plane
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
                "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY, "gpus_per_node": GPUS_PER_NODE,
-               "namespaces": NAMESPACES, "shards": SHARDS}
+               "namespaces": NAMESPACES, "shards": SHARDS, "policy": POLICY}
     runs = []
     for n in args.n or [100, 500, 1000]:
         if args.only == "restart":
