@@ -78,6 +78,7 @@ def say(msg: str) -> None:
 
 NAMESPACES = 1  # --namespaces: services spread round-robin over this many namespaces (a shard owns whole namespaces)
 SHARDS = 1  # --shards: operator processes, each `--shard i/SHARDS`
+FLOOR = True  # --no-floor: skip the floor (a run that checks the rest; no ratio)
 POLICY = False  # --policy: a default AutoscalingPolicy that the autoscaled services follow (its count moves as they come)
 
 
@@ -326,6 +327,23 @@ def bench_cluster(n: int, run_dir: Path, keep: bool) -> ControlPlane:
     return ControlPlane(config, run_dir=run_dir, keep_run_dir=keep).start()
 
 
+def floor(cp: ControlPlane, n: int, row: dict[str, Any]) -> None:
+    """1. the floor: a direct client writes the same children (--no-floor skips it: a run that checks the rest)."""
+    objs_floor = rendered_children(services(n, "floor"))
+    cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "floor"}})  # type: ignore[union-attr]
+    deployments = [o for o in objs_floor if o["kind"] == "Deployment"]
+    started = time.monotonic()
+    asyncio.run(create_all(cp, objs_floor))
+    row["floor_s"] = round(time.monotonic() - started, 2)
+    row["floor_objects"] = len(objs_floor)
+    assert count(cp, "/apis/apps/v1/namespaces/floor/deployments") == len(deployments)
+    say(f"N={n}: floor: {len(objs_floor)} objects ({len(deployments)} Deployments) in {row['floor_s']}s")
+    cp.api.request("DELETE", "/api/v1/namespaces/floor")  # type: ignore[union-attr]
+    # (at 10,000 the namespace controller's first pass timed out once and backed off: give it time)
+    wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/floor")[0] == 404, timeout=creation_timeout(n), interval=5, what="floor namespace gone")  # type: ignore[union-attr]
+    wait_for(lambda: count(cp, "/api/v1/pods") == 0, timeout=creation_timeout(n), interval=5, what="floor pods gone")
+
+
 def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"vpo-bench-{n}-"))
     cp = bench_cluster(n, run_dir, keep)
@@ -340,21 +358,8 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
                 "spec": {"default": True, "limits": {"maxReplicas": 4}}})
             row["policy"] = True
         kubeconfig = least_privilege_kubeconfig(cp)
-        objs_floor = rendered_children(services(n, "floor"))
-        cp.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "floor"}})  # type: ignore[union-attr]
-
-        # 1. the floor
-        deployments = [o for o in objs_floor if o["kind"] == "Deployment"]
-        started = time.monotonic()
-        asyncio.run(create_all(cp, objs_floor))
-        row["floor_s"] = round(time.monotonic() - started, 2)
-        row["floor_objects"] = len(objs_floor)
-        assert count(cp, "/apis/apps/v1/namespaces/floor/deployments") == len(deployments)
-        say(f"N={n}: floor: {len(objs_floor)} objects ({len(deployments)} Deployments) in {row['floor_s']}s")
-        cp.api.request("DELETE", "/api/v1/namespaces/floor")  # type: ignore[union-attr]
-        # (at 10,000 the namespace controller's first pass timed out once and backed off: give it time)
-        wait_for(lambda: cp.api.request("GET", "/api/v1/namespaces/floor")[0] == 404, timeout=creation_timeout(n), interval=5, what="floor namespace gone")  # type: ignore[union-attr]
-        wait_for(lambda: count(cp, "/api/v1/pods") == 0, timeout=creation_timeout(n), interval=5, what="floor pods gone")
+        if FLOOR:
+            floor(cp, n, row)
 
         # 2. ours
         homes = bench_namespaces()
@@ -373,8 +378,9 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
         row["ours_s"] = round(max(watch.seen.values()) - started, 2)
         p50, p99 = percentiles(watch, answered, objs)
         row["burst_p50_create_to_deployment_s"], row["burst_p99_create_to_deployment_s"] = p50, p99
-        row["ratio_to_floor"] = round(row["ours_s"] / row["floor_s"], 2)
-        say(f"N={n}: ours: {n} Deployments in {row['ours_s']}s ({row['ratio_to_floor']}x the floor); "
+        if FLOOR:
+            row["ratio_to_floor"] = round(row["ours_s"] / row["floor_s"], 2)
+        say(f"N={n}: ours: {n} Deployments in {row['ours_s']}s ({row.get('ratio_to_floor', 'no floor run: ?')}x the floor); "
             f"create->Deployment during the burst: p50 {p50}s p99 {p99}s")
         wait_for(lambda: ready_count(cp, homes) >= n, timeout=creation_timeout(n), interval=2, what=f"{n} services Ready")
         row["all_ready_s"] = round(time.monotonic() - started, 2)
@@ -393,7 +399,7 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
                  timeout=creation_timeout(n), interval=0.5, what="no reconcile or event waiting")  # fmt: skip
         row["settled_after_ready_s"] = round(time.monotonic() - started - row["all_ready_s"], 2)
         row["events_dropped"] = sum(metric(o, "vllm_pooling_operator_events_dropped_total") for o in shards)
-        say(f"N={n}: nothing waiting {row['events_tail_s']}s after all Ready; {row['events_dropped']:.0f} events dropped")
+        say(f"N={n}: nothing left to do {row['settled_after_ready_s']}s after all Ready; {row['events_dropped']:.0f} events dropped")
 
         # 3. steady state
         mark = audit.mark()
@@ -569,6 +575,8 @@ def main() -> int:
                    "use with --namespaces")
     p.add_argument("--gpus-per-node", type=int, default=8,
                    help="GPUs of each kwok node (default 8; fewer nodes, fewer node Lease renewals)")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the floor (a run that checks creation, idle, restart and paced creates; no ratio)")
     p.add_argument("--policy", action="store_true",
                    help="a default AutoscalingPolicy the autoscaled services follow (its status counts them as they come)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reconcile.json")
@@ -580,13 +588,13 @@ def main() -> int:
                    "runs it, then this tree, on the same services")
     p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of each restart here (DIR/nN/...)")
     args = p.parse_args()
-    global GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY
-    GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY = args.gpus_per_node, args.namespaces, args.shards, args.policy
+    global GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY, FLOOR
+    GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY, FLOOR = args.gpus_per_node, args.namespaces, args.shards, args.policy, args.floor
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the operator and the control plane
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
                "date": time.strftime("%Y-%m-%d"), "operator_workers": CONCURRENCY, "gpus_per_node": GPUS_PER_NODE,
-               "namespaces": NAMESPACES, "shards": SHARDS, "policy": POLICY}
+               "namespaces": NAMESPACES, "shards": SHARDS, "policy": POLICY, "floor": FLOOR}
     runs = []
     for n in args.n or [100, 500, 1000]:
         if args.only == "restart":
