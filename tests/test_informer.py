@@ -336,7 +336,7 @@ def test_an_answers_retry_after_header_is_read_in_seconds() -> None:
 
 def test_a_policys_own_status_write_reconciles_nothing_but_a_change_of_its_rules_does() -> None:
     """Shard 0 writes each policy's count of services while they come and go; each write came back as a watch
-    event, and every shard ran a full pass over all its resources for it (every ~2 s through a burst)."""
+    event, and every shard ran a full pass over all its resources for it."""
     from pooling_operator.runtime.watches import Watches
 
     runtime = Recorder()
