@@ -209,10 +209,10 @@ class Runtime:
     def _add(self, key: OwnerKey, *, first: bool = False) -> None:
         if self.synced:
             self.queue.add(key, first=first)
-            QUEUED.set(len(self.queue))
+            self._count_queued()
 
     def _count_queued(self) -> None:
-        QUEUED.set(len(self.queue))
+        QUEUED.set(len(self.queue))  # the one place the queue-depth gauge is set
 
     def _recount_policies(self) -> None:
         if self.synced:
@@ -241,7 +241,7 @@ class Runtime:
     # ---- the worker --------------------------------------------------------------------------------------
 
     async def _work(self, key: OwnerKey) -> None:
-        QUEUED.set(len(self.queue))
+        self._count_queued()
         if not self.leading:
             if self.leadership is not None and self.leadership.held:
                 # Held, but the last renewal is older than the renew deadline (a slow API server): act on this key
@@ -340,7 +340,7 @@ class Runtime:
         for key in keys:
             self.queue.add(key)
         self.queue.add(POLICIES_KEY)
-        QUEUED.set(len(self.queue))
+        self._count_queued()
         PASSES.labels(why).inc()
         await self.queue.join()
         return len(keys)
