@@ -12,7 +12,8 @@ counts as a failure there too). It exits 1 when a goal is missed:
 
 Seeds 0-9 are for development; each report uses seeds never run before (70 traces per model, 10 per family),
 once: 1000-1069 on 2026-12-01 (the closed-loop model, `--service-model builtin`), 3000-3069 on 2026-12-04 (the
-open-loop fit, the default), 4000-4069 on 2026-12-05 (the decision with its surge rule).
+open-loop fit, the default), 4000-4069 on 2026-12-05 (the decision with its surge rule), 5000-5069 on 2026-12-06
+(the trend capped).
 
     .venv/bin/python bench/autoscaling/heldout.py --seeds 0-9             # development
     .venv/bin/python bench/autoscaling/heldout.py --seeds 4000-4069 --out bench/results/autoscaling-4000.json
