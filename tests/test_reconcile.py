@@ -56,7 +56,7 @@ class Recording:
     async def delete(self, obj: dict[str, Any]) -> None:
         self.deleted.append(obj)
 
-    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, at: str | None = None) -> None:
         self.events.append((type_, reason, message))
 
     async def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:

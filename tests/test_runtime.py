@@ -177,7 +177,7 @@ class FakeKube:
     async def delete(self, obj: dict[str, Any]) -> None:
         self.requests[f"delete {obj['kind']}"] += 1
 
-    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, at: str | None = None) -> None:
         self.requests["create Event"] += 1
 
     async def get(self, *args: Any) -> None:

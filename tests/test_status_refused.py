@@ -28,7 +28,7 @@ class RefusingKube:
         out["metadata"].update(uid="u1", resourceVersion="2")
         return out
 
-    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, at: str | None = None) -> None:
         self.events.append((type_, reason))
 
     async def close(self) -> None:

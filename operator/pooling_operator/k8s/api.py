@@ -264,10 +264,11 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the owner; failures are logged, never raised (events are best effort)."""
+    async def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, at: str | None = None) -> None:
+        """A core/v1 Event on the owner, stamped `at` (a micro_time; default now); failures are logged, never raised
+        (events are best effort)."""
         meta = owner["metadata"]
-        now = micro_time()
+        now = at or micro_time()
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -29,6 +29,7 @@ from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, workload_job
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
+from pooling_operator.reconcile.context import EVENTS_SHUTDOWN_SECONDS
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
@@ -69,6 +70,7 @@ class Runtime:
         self.reconciles = reconciles or Reconciles(ctx)
         self.autoscaler: Autoscaler | None = None
         self.queue: WorkQueue[OwnerKey] = WorkQueue()
+        ctx.events.yield_to(self.queue)  # reconciles first, events in the gaps
         self.workers = workers
         self.synced = False
         self.first_pass_done = False  # a full pass ran to the end while leading (FIRST_PASS is set once, then)
@@ -113,7 +115,7 @@ class Runtime:
         await asyncio.gather(*self._tasks, *self._passes, return_exceptions=True)
         if self.autoscaler is not None:
             await self.autoscaler.close()  # no decision in flight once the Lease is handed over
-        await self.ctx.events.drain()  # events in flight
+        await self.ctx.events.drain(EVENTS_SHUTDOWN_SECONDS)  # events in flight, for a bounded time
         if self.leadership is not None:
             await self.leadership.release()
         await self.ctx.kube.close()
