@@ -27,7 +27,8 @@ bench/results/reconcile.json as {"machine": ..., "runs": [...]}. Not part of `ma
 operator running and left to become Ready, then the operator is restarted `--restarts` times (default 3) and
 each restart's first full pass, wall time, requests and peak RSS are recorded with their median
 (`restart_runs`, `restart_median_s`); the creation's peak RSS is recorded too. `--profile DIR` writes a py-spy
-flame graph of each restart, in either mode (py-spy on PATH or in $PY_SPY; nothing is installed).
+flame graph of each restart, in either mode, and of each shard from its start until nothing is left to do after
+the burst (py-spy on PATH or in $PY_SPY; nothing is installed).
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
                      timeout=60, what=f"{ns} SA")  # fmt: skip
         shards = operators(cp, kubeconfig, "operator")
         ops.extend(shards)
+        creating = spy_on(shards, profile / f"n{n}" if profile else None, "operator-creating")
         watch = DeploymentWatch(cp, homes)
         objs = services(n, "bench", spread=True)
         create_mark = audit.mark()
@@ -230,6 +232,7 @@ def run_one(n: int, steady: float, keep: bool, profile: Path | None = None) -> d
         row["settled_after_ready_s"] = round(time.monotonic() - started - row["all_ready_s"], 2)
         row["events_dropped"] = sum(metric(o, "vllm_pooling_operator_events_dropped_total") for o in shards)
         say(f"N={n}: nothing left to do {row['settled_after_ready_s']}s after all Ready; {row['events_dropped']:.0f} events dropped")
+        stop_spies(creating)
 
         # 3. steady state
         mark = audit.mark()
@@ -416,7 +419,7 @@ def main() -> int:
     p.add_argument("--before", type=Path,
                    help="with --only restart: a checkout of the code to compare (git worktree add DIR COMMIT); each restart "
                    "runs it, then this tree, on the same services")
-    p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of each restart here (DIR/nN/...)")
+    p.add_argument("--profile", type=Path, help="py-spy speedscope profiles of the creation and each restart here (DIR/nN/...)")
     args = p.parse_args()
     global GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY, FLOOR
     GPUS_PER_NODE, NAMESPACES, SHARDS, POLICY, FLOOR = args.gpus_per_node, args.namespaces, args.shards, args.policy, args.floor
