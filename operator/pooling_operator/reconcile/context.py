@@ -80,7 +80,8 @@ class Events:
     fills the queue; then the oldest waiting Normal event is dropped and counted (a Warning only when no Normal one
     waits), as client-go's recorder drops what its queue of 1,000 cannot hold: the newest events say what is true
     now, and the operator's memory and its writes after the burst stay bounded. Warnings are posted first. Each
-    event carries the time the operator raised it, not the time the API server took it. `vllm_pooling_operator_events_waiting` says how many are queued or posting.
+    event carries the time the operator raised it, not the time the API server took it.
+    `vllm_pooling_operator_events_waiting` says how many are queued or posting.
 
     Reconciles go first (`yield_to`): while the work queue holds keys, at most EVENTS_WHILE_BUSY events are posted at
     once, and the rest wait until it is empty. An event is news about a write already made; the API server's time in
@@ -120,8 +121,9 @@ class Events:
     async def _work(self) -> None:
         try:
             while self:
-                if self._posting >= EVENTS_WHILE_BUSY and self._busy is not None and len(self._busy) and not self._draining.is_set():
-                    await self._quiet(self._busy)
+                busy = self._busy
+                if self._posting >= EVENTS_WHILE_BUSY and busy is not None and len(busy) and not self._draining.is_set():
+                    await self._quiet(busy)
                     continue
                 owner, type_, reason, message, at = (self._warnings or self._normal).popleft()
                 self._posting += 1
