@@ -38,8 +38,17 @@ def operator(cluster: ControlPlane, crds: list[str], hub: Hub) -> Iterator[Opera
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the log tail of every operator it ran with (the session's and any a module
+    starts of its own), and of every control plane other than the session's (whose tails e2e/conftest.py adds)."""
     outcome = yield
     report = outcome.get_result()
-    proc: Any = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
-    if report.failed and isinstance(proc, OperatorProcess):
-        report.sections.append(("operator log (tail)", proc.tail(80)))
+    if not report.failed or not hasattr(item, "funcargs"):
+        return
+    values: list[Any] = list(item.funcargs.values())
+    session = item.funcargs.get("cluster")
+    for value in values:
+        if isinstance(value, OperatorProcess):
+            report.sections.append((f"{value.name} log (tail)", value.tail(80)))
+    for value in values:
+        if isinstance(value, ControlPlane) and value is not session:
+            report.sections.append((f"control plane {value.run_dir.name} logs (tails)", value.log_tails(30)))

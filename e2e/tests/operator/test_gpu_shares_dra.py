@@ -108,19 +108,35 @@ def claim_of(cluster: ControlPlane, namespace: str, pod: dict[str, Any]) -> dict
     return claim if ((claim.get("status") or {}).get("allocation")) else None
 
 
-def placed(cluster: ControlPlane, namespace: str, names: list[str]) -> list[tuple[str, dict[str, Any]]] | None:
-    """(node, allocation result) of each service's one pod, once every one is bound and allocated."""
-    out = []
+class NotPlaced(AssertionError):
+    """Not yet placed: says where each service stands, which a timeout then reports."""
+
+
+def placed(cluster: ControlPlane, namespace: str, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(node, allocation result) of each service's one pod, once every one is bound and allocated; until then
+    raises NotPlaced naming each service's pods, their nodes and claims (wait_for reports the last one)."""
+    out, where = [], []
     for n in names:
         pods = pods_of(cluster, namespace, n)
         if len(pods) != 1 or not pods[0]["spec"].get("nodeName"):
-            return None
+            where.append(f"{n}: pods {[(p['metadata']['name'], p['spec'].get('nodeName'), scheduled(p)) for p in pods]}")
+            continue
         claim = claim_of(cluster, namespace, pods[0])
         if claim is None:
-            return None
+            where.append(f"{n}: bound to {pods[0]['spec']['nodeName']}, claim not allocated "
+                         f"({(pods[0].get('status') or {}).get('resourceClaimStatuses')})")  # fmt: skip
+            continue
         [result] = claim["status"]["allocation"]["devices"]["results"]
         out.append((pods[0]["spec"]["nodeName"], result))
+    if where:
+        raise NotPlaced("; ".join(where))
     return out
+
+
+def scheduled(pod: dict[str, Any]) -> str:
+    """The pod's PodScheduled condition in a few words (absent: the scheduler has not looked at it yet)."""
+    c = next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"), None)
+    return "not looked at by the scheduler" if c is None else f"{c['status']} {c.get('reason', '')} {c.get('message', '')}".strip()
 
 
 def pending_with_the_schedulers_word(cluster: ControlPlane, namespace: str, name: str) -> str | None:
