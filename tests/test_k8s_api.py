@@ -1,11 +1,16 @@
-"""The API facade's pure parts: which answers are worth a retry, and how requests are counted."""
+"""The API facade's pure parts: which answers are worth a retry, how requests are counted, where its proxy comes from."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
+from kubernetes_asyncio import client
 
 from pooling_operator.api.kinds import KINDS, OWNER_KINDS
 from pooling_operator.api.resources import KINDS as RESOURCE_KINDS
+from pooling_operator.k8s import api
 from pooling_operator.k8s.api import ApiError, TransientError, classify, verb_and_resource
 
 
@@ -46,10 +51,6 @@ def test_our_kinds_take_plural_and_scope_from_the_resource_table() -> None:
 
 
 def test_an_event_is_retried_when_throttled_then_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
-
-    from pooling_operator.k8s import api
-
     calls: list[str] = []
     answers = [TransientError(429, "TooManyRequests", "throttled")] * 2 + [None]
 
@@ -71,3 +72,35 @@ def test_an_event_is_retried_when_throttled_then_dropped(monkeypatch: pytest.Mon
     answers[:] = [TransientError(0, "x", "down")] * 10
     asyncio.run(api.Kube().event(owner, "Normal", "Created", "made"))
     assert len(calls) == len(api.EVENT_RETRY_SECONDS) + 1  # bounded: then dropped with a warning
+
+
+def _session_for(host: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], proxy: str | None = None) -> Any:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    async def made() -> Any:
+        configuration = client.Configuration(host=host)
+        configuration.proxy = proxy
+        kube = api.Kube(configuration)
+        rest = (await kube._api()).rest_client
+        seen = (rest.pool_manager.trust_env, rest.proxy, rest.proxy_headers, rest.pool_manager.connector.closed)
+        await kube.close()
+        return seen
+
+    return asyncio.run(made())
+
+
+def test_the_api_servers_proxy_is_looked_up_once_not_for_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No variable: no proxy, and the session no longer reads ~/.netrc and the environment per request.
+    assert _session_for("https://10.0.0.1:6443", monkeypatch, {}) == (False, None, None, False)
+    # The environment's proxy for the API server's scheme, with the credentials of its URL as a header.
+    trust, proxy, headers, _ = _session_for("https://10.0.0.1:6443", monkeypatch, {"HTTPS_PROXY": "http://u:p@proxy.example:3128"})
+    assert (trust, proxy) == (False, "http://proxy.example:3128")
+    assert headers == {"Proxy-Authorization": "Basic dTpw"}
+    # NO_PROXY naming the API server: no proxy, as aiohttp decided per request before.
+    assert _session_for("https://10.0.0.1:6443", monkeypatch, {"HTTPS_PROXY": "http://proxy.example:3128", "NO_PROXY": "10.0.0.1"})[1] is None
+    # A proxy the kubeconfig names wins over the environment.
+    assert _session_for("https://10.0.0.1:6443", monkeypatch, {"HTTPS_PROXY": "http://proxy.example:3128"},
+                        proxy="http://kubeconfig.example:8080")[1] == "http://kubeconfig.example:8080"  # fmt: skip
