@@ -19,9 +19,8 @@ from pooling_operator.autoscaling.decide import (
     State,
     Targets,
     decide,
-    limit_step,
-    stabilize,
 )
+from pooling_operator.autoscaling.hpa import limit_step, stabilize
 from pooling_operator.status import conditions as C
 
 T = Targets(min_replicas=1, max_replicas=8, queue_per_replica=16, p99_seconds=0.25, up_window_seconds=0, down_window_seconds=300)

@@ -47,13 +47,13 @@ The algorithm
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from pooling_operator.api.policy import STEP_PERIOD_SECONDS
 from pooling_operator.api.policy import AutoscalingTargets as Targets
 from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling import ahead
+from pooling_operator.autoscaling.hpa import ceil_replicas, limit_step, ratio_recommendation, stabilize
 from pooling_operator.autoscaling.zero_state import ZeroOutcome
 from pooling_operator.status.conditions import (
     LIMIT_BUDGET,
@@ -181,22 +181,6 @@ class Decision:
     zero: ZeroOutcome | None = None  # a service with minReplicas 0: what zero.py said (status, condition)
 
 
-MAX_RECOMMENDATION = 1_000_000  # far above any bound; keeps a ratio over a vanishing capacity finite
-
-
-def _ceil(x: float) -> int:
-    if not math.isfinite(x) or x > MAX_RECOMMENDATION:
-        return MAX_RECOMMENDATION if x > 0 else 0
-    return max(0, math.ceil(round(x, 9)))
-
-
-def ratio_recommendation(base: int, usage_ratio: float, tolerance: float) -> int:
-    """HPA's rule: base × ratio rounded up, unless the ratio is within the tolerance band."""
-    if abs(usage_ratio - 1.0) <= tolerance:
-        return base
-    return _ceil(base * usage_ratio)
-
-
 def learn_capacity(state: State, signals: Signals, p99_target: float | None, steady: bool = False) -> State:
     """Update the per-replica capacity (prompt tokens/s) from one read. `steady`: the replica count has not
     changed within the rate window, so the fleet's rate divided by the pods reporting is what one pod served
@@ -224,33 +208,6 @@ def learn_capacity(state: State, signals: Signals, p99_target: float | None, ste
     if latency_ok and (state.capacity_tokens is None or observed > state.capacity_tokens):
         return replace(state, capacity_tokens=observed)
     return state
-
-
-def stabilize(history: Iterable[tuple[float, int]], now: float, current: int, up_window: int, down_window: int) -> int:
-    """HPA's stabilisation: up to the smallest recommendation of the up window, down to the largest of the down
-    window, otherwise stay."""
-    items = list(history)
-    ups = [r for t, r in items if t >= now - up_window]
-    downs = [r for t, r in items if t >= now - down_window]
-    up = min(ups) if ups else current
-    down = max(downs) if downs else current
-    if current < up:
-        return up
-    if current > down:
-        return down
-    return current
-
-
-def limit_step(events: Iterable[tuple[float, int]], now: float, current: int, wanted: int, up_step: int, down_step: int) -> int:
-    """At most up_step added / down_step removed within any STEP_PERIOD_SECONDS."""
-    recent = [d for t, d in events if t > now - STEP_PERIOD_SECONDS]
-    added = sum(d for d in recent if d > 0)
-    removed = -sum(d for d in recent if d < 0)
-    if wanted > current:
-        return min(wanted, current + max(0, up_step - added))
-    if wanted < current:
-        return max(wanted, current - max(0, down_step - removed))
-    return current
 
 
 def _bounds(targets: Targets, budget: Budget | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
@@ -343,12 +300,12 @@ def decide(
         # without that bound each noisy rise that fits a line scales the count the last one raised, and the
         # scale-down window holds it (a ratchet; bench/README.md, "A trend that ratcheted"). On replicas at
         # the busiest they have been the bound is above today's count scaled, so a rising day is unchanged.
-        trend = _ceil(reporting * expected / arrival)
+        trend = ceil_replicas(reporting * expected / arrival)
         if capacity_rps:
-            trend = min(trend, _ceil(expected / (capacity_rps * TARGET_UTILIZATION)))
+            trend = min(trend, ceil_replicas(expected / (capacity_rps * TARGET_UTILIZATION)))
         recs["trend"] = trend
     if targets.p99_seconds and signals.p99 is not None and signals.p99 > targets.p99_seconds * (1 + tol):
-        recs["p99"] = _ceil(reporting * signals.p99 / targets.p99_seconds)
+        recs["p99"] = ceil_replicas(reporting * signals.p99 / targets.p99_seconds)
     backlog_signals = ("queue", "p99", "inSystem")
     surge = surging(now, state, signals, targets, waiting, growth, arrival, expected, capacity_rps)
     if falling and state.capacity_saturated and "demand" in recs:

@@ -21,13 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pooling_operator.autoscaling.decide import (
-    PERIOD_SECONDS,
-    STEP_PERIOD_SECONDS,
-    limit_step,
-    ratio_recommendation,
-    stabilize,
-)
+from pooling_operator.api.policy import STEP_PERIOD_SECONDS
+from pooling_operator.autoscaling.decide import PERIOD_SECONDS
+from pooling_operator.autoscaling.hpa import limit_step, ratio_recommendation, stabilize
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace
 from pooling_operator.vllm.metrics import Queries
 
