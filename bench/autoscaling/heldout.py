@@ -10,12 +10,13 @@ counts as a failure there too). It exits 1 when a goal is missed:
 - GPU-minutes over the oracle <= 1.3 at the median and <= 2.0 at worst;
 - at most 4 replica changes per hour on noisy steady load after the first 5 minutes.
 
-Seeds 0-9 are for development; each report uses seeds never run before (70 traces per model, 10 per family),
+Seeds 0-41 are for development (six traces per family; until 2026-12-06 seeds 0-9, which hold a single trace of
+bursts, lengths, noisy and drift); each report uses seeds never run before (70 traces per model, 10 per family),
 once: 1000-1069 on 2026-12-01 (the closed-loop model, `--service-model builtin`), 3000-3069 on 2026-12-04 (the
 open-loop fit, the default), 4000-4069 on 2026-12-05 (the decision with its surge rule), 5000-5069 on 2026-12-06
-(the trend capped).
+(the trend capped). The next report: 6000-6069.
 
-    .venv/bin/python bench/autoscaling/heldout.py --seeds 0-9             # development
+    .venv/bin/python bench/autoscaling/heldout.py --seeds 0-41            # development, ~17 min on 2 workers
     .venv/bin/python bench/autoscaling/heldout.py --seeds 4000-4069 --out bench/results/autoscaling-4000.json
     .venv/bin/python bench/autoscaling/heldout.py --quick                  # one trace per family and model
 """
