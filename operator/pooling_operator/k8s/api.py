@@ -121,12 +121,12 @@ def env_proxy_once(rest: Any, host: str) -> None:
     """Look the API server's proxy up in the environment once, not for every request.
 
     kubernetes_asyncio's session trusts the environment, so aiohttp reads ~/.netrc and the proxy variables for each
-    request, each time in a worker thread: about 6 % of an operator's busy samples while it creates 3,000 services
-    (bench/README.md, "Shard 0's CPU, profiled"). The API server's address does not change while the client lives:
-    its proxy is found once by aiohttp's own rule (HTTPS_PROXY / HTTP_PROXY, NO_PROXY, a proxy's credentials from
-    its URL or ~/.netrc) and the session is made again on the same connection pool without trusting the
-    environment. A proxy the kubeconfig names wins, as before. ~/.netrc no longer gives the API server itself a
-    login: with the client's own Authorization header aiohttp refused to combine the two anyway."""
+    request, each time in a worker thread: 2.5x the process's CPU per request (bench/README.md, "The proxy looked
+    up once"). The API server's address does not change while the client lives: its proxy is found once by
+    aiohttp's own rule (HTTPS_PROXY / HTTP_PROXY, NO_PROXY, a proxy's credentials from its URL or ~/.netrc) and the
+    session is made again on the same connection pool without trusting the environment. A proxy the kubeconfig
+    names wins, as before. ~/.netrc no longer gives the API server itself a login: the kubeconfig's credentials are
+    the client's (with a token, aiohttp refused to combine the two anyway)."""
     session = rest.pool_manager
     if not rest.proxy:
         try:
