@@ -22,8 +22,8 @@ open-loop fit, the default), 4000-4069 on 2026-12-05 (the decision with its surg
 
 A change to the decision alone (autoscaling/decide.py, ahead.py) leaves the baselines' results as they were:
 `--baselines FILE` takes them from an earlier `--out` of the same seeds and simulates only ours, about four times
-faster, and refuses a file made on any other source (every `--out` holds a digest of the rest of the package and
-of this bench, so a file goes stale with the next change to either: make one when a round of tuning starts):
+faster, and refuses a file made on any other source or service model (every `--out` holds a digest of the rest of
+the package and of this bench, so a file goes stale with the next change to either: make one when tuning starts):
 
     .venv/bin/python bench/autoscaling/heldout.py --seeds 0-41 --out /tmp/dev.json         # once, ~17 min
     .venv/bin/python bench/autoscaling/heldout.py --seeds 0-41 --baselines /tmp/dev.json   # each change, ~4 min
@@ -150,16 +150,19 @@ def baseline_sources() -> str:
     return digest.hexdigest()
 
 
-def reusable(path: Path, routing: str, service_model: str) -> dict[tuple[str, int], dict[str, Any]]:
+def reusable(path: Path, routing: str, service_model: str, chosen: dict[str, Model]) -> dict[tuple[str, int], dict[str, Any]]:
     """The rows of an earlier --out whose baselines this run may reuse, by (model, seed); SystemExit saying why
-    when it may not."""
+    when it may not (other sources, routing, service model or model parameters)."""
     old = json.loads(path.read_text())
+    params = {n: json.loads(json.dumps(dataclasses.asdict(m.params), default=str)) for n, m in chosen.items()}
     why = None
     if old.get("baseline_sources") != baseline_sources():
         why = (f"its baselines ran on other sources (only {' and '.join(DECISION_FILES)} under operator/pooling_operator "
                "may differ): run it again without --baselines")
     elif (old.get("routing"), old.get("service_model")) != (routing, service_model):
         why = f"it ran with --routing {old.get('routing')} --service-model {old.get('service_model')}"
+    elif any(old.get("models", {}).get(n, {}).get("params") != p for n, p in params.items()):
+        why = "its models' parameters differ from these (the service model file changed since)"
     if why:
         raise SystemExit(f"--baselines {path}: {why}")
     return {(r["model"], r["seed"]): r for r in old["rows"]}
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.family:
         seeds = [s for s in seeds if families.family_of(s) in args.family]
     chosen = models(str(ROOT / args.service_model) if args.service_model != "builtin" else "builtin")
-    earlier = reusable(args.baselines, args.routing, args.service_model) if args.baselines else None
+    earlier = reusable(args.baselines, args.routing, args.service_model, chosen) if args.baselines else None
     models_run = args.model or sorted(chosen)
     missing = [f"{m} {s}" for m in models_run for s in seeds if earlier is not None and (m, s) not in earlier]
     if missing:
