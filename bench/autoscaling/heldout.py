@@ -150,13 +150,14 @@ def baseline_sources() -> str:
     return digest.hexdigest()
 
 
-def reusable(path: Path, routing: str, service_model: str, chosen: dict[str, Model]) -> dict[tuple[str, int], dict[str, Any]]:
+def reusable(path: Path, routing: str, service_model: str, chosen: dict[str, Model],
+             sources: str) -> dict[tuple[str, int], dict[str, Any]]:
     """The rows of an earlier --out whose baselines this run may reuse, by (model, seed); SystemExit saying why
-    when it may not (other sources, routing, service model or model parameters)."""
+    when it may not (other sources than `sources`, this run's digest; routing, service model or model parameters)."""
     old = json.loads(path.read_text())
     params = {n: json.loads(json.dumps(dataclasses.asdict(m.params), default=str)) for n, m in chosen.items()}
     why = None
-    if old.get("baseline_sources") != baseline_sources():
+    if old.get("baseline_sources") != sources:
         why = (f"its baselines ran on other sources (only {' and '.join(DECISION_FILES)} under operator/pooling_operator "
                "may differ): run it again without --baselines")
     elif (old.get("routing"), old.get("service_model")) != (routing, service_model):
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.family:
         seeds = [s for s in seeds if families.family_of(s) in args.family]
     chosen = models(str(ROOT / args.service_model) if args.service_model != "builtin" else "builtin")
-    earlier = reusable(args.baselines, args.routing, args.service_model, chosen) if args.baselines else None
+    earlier = reusable(args.baselines, args.routing, args.service_model, chosen, sources) if args.baselines else None
     models_run = args.model or sorted(chosen)
     missing = [f"{m} {s}" for m in models_run for s in seeds if earlier is not None and (m, s) not in earlier]
     if missing:
