@@ -67,7 +67,8 @@ def _examples() -> dict[str, tuple[str, ...]]:
                 out[doc["kind"]].append(json.dumps(doc, sort_keys=True))
     for doc in (
         factories.pooling(),
-        factories.pooling({"task": "token_embed", "pooling": {"type": "ALL"}, "autoscaling": {"maxReplicas": 3, "backend": "keda", "minReplicas": 0}}),
+        factories.pooling({"task": "token_embed", "pooling": {"type": "ALL"}, "autoscaling": {"maxReplicas": 3, "backend": "keda", "minReplicas": 0,
+                                                                                         "wake": {"prometheus": {"query": "vector(0)"}}}}),
         factories.scoring(),
         factories.generative(),
         factories.scoring({"mode": "biEncoder", "pooling": {"type": "MEAN"}, "model": {"hints": {"architectures": ["BertModel"], "numLabels": None}}}),

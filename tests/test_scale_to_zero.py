@@ -184,6 +184,28 @@ def test_min_replicas_zero_needs_a_wake_signal_and_scale_to_zero_needs_min_zero(
                for e in errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "wake": {"prometheus": {"query": ""}}}})))
 
 
+@pytest.mark.parametrize("backend", ["operator", "keda"])
+def test_min_replicas_zero_without_a_wake_signal_is_refused_for_either_backend(backend: str) -> None:
+    """Issue 65: with KEDA too, for the ScaledObject is the operator's (a trigger added by hand is not kept) and its
+    waiting and p99 triggers read vLLM's series, which vanish with the last pod: at zero it would never wake."""
+    found = errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "backend": backend}}))
+    assert found == [f"spec.autoscaling.minReplicas: {M.MIN_REPLICAS_ZERO}"]
+    assert "never wake" in M.MIN_REPLICAS_ZERO and "wake.prometheus.query" in M.MIN_REPLICAS_ZERO
+    assert "front.kedaHttpAddOn" in M.MIN_REPLICAS_ZERO and "external trigger" not in M.MIN_REPLICAS_ZERO
+    for way_out in ({"wake": WAKE}, {"front": {"kedaHttpAddOn": {"hosts": ["minilm.example.com"]}}}, {"minReplicas": 1}):
+        assert errors(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "backend": backend, **way_out}})) == []
+
+
+def test_a_keda_service_at_zero_admitted_before_the_rule_is_told_it_can_never_wake() -> None:
+    """An object of that shape already on a cluster (admitted by v0.2.0's CRD) is refused by the reconcile's parse:
+    SpecValid False naming the field and saying it could never wake, not a silent zero."""
+    from tests.test_reconcile import assert_refused, cond, refused
+
+    status, kube = refused(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "backend": "keda"}}))
+    assert_refused(status, kube, C.INVALID_SPEC, "spec.autoscaling.minReplicas")
+    assert "could never wake" in cond(status, C.SPEC_VALID)["message"]
+
+
 def scaled_object(autoscaling: dict[str, Any]) -> dict[str, Any]:
     result = validate(pooling({"autoscaling": {"maxReplicas": 4, "backend": "keda", **autoscaling}}, name="minilm", namespace="search"))
     assert result.ok, [str(p) for p in result.errors]

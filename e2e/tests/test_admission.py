@@ -121,6 +121,11 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.autoscaling.minReplicas", "autoscaling.front.kedaHttpAddOn"],
     ),
     (
+        "min zero needs a wake signal with keda too",  # issue 65: no trigger of a user's is kept on our ScaledObject
+        pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "backend": "keda"}}),
+        ["spec.autoscaling.minReplicas", "could never wake", "autoscaling.wake.prometheus.query"],
+    ),
+    (
         "front hosts a set",
         pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 2, "front": {"kedaHttpAddOn": {"hosts": ["a.example.com", "a.example.com"]}}}}),
         ["spec.autoscaling.front.kedaHttpAddOn.hosts", "Duplicate value"],

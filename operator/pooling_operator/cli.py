@@ -14,6 +14,7 @@ from typing import Any
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy, ModelCache
 from pooling_operator.api.crd import all_crds
+from pooling_operator.api.front_hosts import host_clashes
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, CacheMount, plan
@@ -70,6 +71,8 @@ def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Resul
     for i, problems in cache_contradictions(resources).items():
         results[i][1].problems.extend(problems)
     for i, problem in space_clashes(resources).items():
+        results[i][1].problems.append(problem)
+    for i, problem in host_clashes(resources).items():  # one front host, one service (api/front_hosts.py)
         results[i][1].problems.append(problem)
     return results
 

@@ -235,6 +235,31 @@ def test_switched_off_child_is_deleted(
     )
 
 
+def test_a_front_host_belongs_to_one_service(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
+    """Issue 65: the KEDA HTTP add-on routes a host to one InterceptorRoute, cluster-wide. A second service naming a host
+    the first one's route holds gets no route (Ready False, FrontHostClaimed, naming the first) while the first keeps its
+    own; once the first lets the host go, the second takes it by itself."""
+    host = f"{namespace}.example.com"
+    routes = f"/apis/http.keda.sh/v1beta1/namespaces/{namespace}/interceptorroutes"
+    front = {"minReplicas": 1, "maxReplicas": 2, "front": {"kedaHttpAddOn": {"hosts": [host]}}}
+    apply(cluster, svc(namespace, name="first", spec={"autoscaling": front}))
+    wait_for(lambda: get(cluster, f"{routes}/first"), timeout=60, what="the first service's InterceptorRoute")
+    apply(cluster, svc(namespace, name="second", spec={"autoscaling": front}))
+
+    def held() -> dict[str, Any] | None:
+        c = cond(get(cluster, path(namespace, "poolingservices", "second")), "Ready")
+        return c if c.get("reason") == "FrontHostClaimed" else None
+
+    said = wait_for(held, timeout=60, what="Ready False, FrontHostClaimed, on the second claimant")
+    assert said["status"] == "False" and f"{host} (PoolingService {namespace}/first routes it)" in said["message"], said
+    assert get(cluster, f"{routes}/second") is None  # never written
+    assert get(cluster, f"{routes}/first")["spec"]["rules"] == [{"hosts": [host]}]
+    assert "FrontHostClaimed" in {e["reason"] for e in events(cluster, namespace, "second")}
+    apply(cluster, svc(namespace, name="first", spec={"autoscaling": {**front, "front": {"kedaHttpAddOn": {"hosts": [f"other.{host}"]}}}}))
+    taken = wait_for(lambda: get(cluster, f"{routes}/second"), timeout=60, what="the second service's route, once the host is free")
+    assert taken["spec"]["rules"] == [{"hosts": [host]}]
+
+
 def test_delete_garbage_collects(cluster: ControlPlane, operator: OperatorProcess, namespace: str) -> None:
     apply(cluster, svc(namespace, kind="scs", name="rerank"))
     wait_for(

@@ -113,8 +113,7 @@ class AutoscalingSpec(Spec):
         json_schema_extra=validations(
             cel("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas", M.MIN_LE_MAX_REPLICAS, ".minReplicas"),
             cel(
-                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || has(self.front) || "
-                "(has(self.backend) && self.backend == 'keda')",
+                "!has(self.minReplicas) || self.minReplicas >= 1 || has(self.wake) || has(self.front)",
                 M.MIN_REPLICAS_ZERO,
                 ".minReplicas",
             ),
@@ -125,8 +124,8 @@ class AutoscalingSpec(Spec):
 
     min_replicas: int = Field(
         default=1, ge=0, le=1000,
-        description="Fewest replicas. Default 1; 0 with a wake signal (wake.prometheus.query or a front), or with "
-        "backend keda and an external trigger.",
+        description="Fewest replicas. Default 1; 0 only with a wake signal (wake.prometheus.query or a front), for "
+        "either backend: vLLM's metrics vanish with the last pod.",
     )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas (also capped by the policy).")
     queue_depth_per_replica: int | None = Field(

@@ -87,6 +87,8 @@ CHILD_KINDS = tuple(k.kind for k in KINDS.values() if k.role == "child")
 QUEUED_KINDS = FAMILY_KINDS["job"]
 # The kinds whose spec.embeddingSpace claims a label for one vector space in their namespace.
 SPACE_KINDS = tuple(kind for kind, info in RESOURCE_KINDS.items() if info.claims_space)
+# The kinds whose spec.autoscaling.front names hosts of the KEDA HTTP add-on (one host, one service: api/front_hosts.py).
+FRONT_KINDS = FAMILY_KINDS["service"]
 # The kinds that services and jobs mount (model.source.cache): a change of one concerns its users.
 CACHE_KINDS = FAMILY_KINDS["cache"]
 # Kinds whose CRDs may be absent (prometheus-operator, KEDA, its HTTP add-on): a 404 on them means "not installed".

@@ -14,9 +14,11 @@ CACHE_STORAGE_EXACTLY_ONE = "exactly one of claimName or size must be set"
 ENV_SOURCE_EXACTLY_ONE = "exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef must be set"
 MIN_LE_MAX_REPLICAS = "minReplicas must be less than or equal to maxReplicas"
 MIN_REPLICAS_ZERO = (
-    "minReplicas 0 needs a demand signal that exists while no pod runs, and vLLM's metrics vanish with the last "
-    "pod: set autoscaling.wake.prometheus.query (the front's pending or arriving requests for this service) or "
-    "autoscaling.front.kedaHttpAddOn, use backend keda with an external trigger, or use minReplicas >= 1"
+    "minReplicas 0 needs a wake signal that exists while no pod runs: vLLM's metrics vanish with the last pod, so "
+    "once at zero the service could never wake (for either backend: the ScaledObject is the operator's, so no "
+    "trigger added to it by hand is kept); set autoscaling.wake.prometheus.query (demand for this service, e.g. "
+    "its requests at an ingress) or autoscaling.front.kedaHttpAddOn (the add-on holds requests and its pending "
+    "count wakes the service), or use minReplicas >= 1"
 )
 SCALE_TO_ZERO_NEEDS_MIN_ZERO = "scaleToZero applies only with minReplicas 0 (and a wake signal)"
 POOLING_TYPE_FOR_TASK = (

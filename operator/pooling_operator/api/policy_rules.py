@@ -17,7 +17,7 @@ def autoscaling_problems(
 ) -> Iterator[Problem]:
     if a.min_replicas > a.max_replicas:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_LE_MAX_REPLICAS)
-    if a.min_replicas < 1 and a.backend != "keda" and a.wake is None and a.front is None:
+    if a.min_replicas < 1 and a.wake is None and a.front is None:
         yield Problem("spec.autoscaling.minReplicas", M.MIN_REPLICAS_ZERO)
     if a.scale_to_zero is not None and a.min_replicas != 0:
         yield Problem("spec.autoscaling.scaleToZero", M.SCALE_TO_ZERO_NEEDS_MIN_ZERO)

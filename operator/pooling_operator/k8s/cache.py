@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooling_operator.api.identity import COMPONENT_KINDS
-from pooling_operator.api.kinds import CACHE_KINDS, CHILD_KINDS, OWNER_KINDS, QUEUED_KINDS, SPACE_KINDS
+from pooling_operator.api.kinds import (
+    CACHE_KINDS,
+    CHILD_KINDS,
+    FRONT_KINDS,
+    OWNER_KINDS,
+    QUEUED_KINDS,
+    SPACE_KINDS,
+)
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name) of a PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache
 Index = Mapping[Any, Collection[dict[str, Any]]]  # what a k8s/store.Store is, seen from here
@@ -105,6 +112,14 @@ def _projected(body: Mapping[str, Any]) -> dict[str, Any]:
         if key not in out:
             out[key] = value
     return out
+
+
+def raw_front_hosts(body: Mapping[str, Any]) -> list[str]:
+    """The front hosts an owner's spec names as stored (lowercase), whatever the shape of what was written."""
+    node: Any = body.get("spec")
+    for key in ("autoscaling", "front", "kedaHttpAddOn", "hosts"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return [h.lower() for h in node if isinstance(h, str)] if isinstance(node, list) else []
 
 
 def replica_managers(obj: Mapping[str, Any]) -> list[str]:
@@ -232,6 +247,13 @@ class Cache:
         """The PoolingServices and PoolingJobs of `namespace` whose spec.embeddingSpace is `label`."""
         return [body for key in self.owner_keys() if key[1] == namespace and key[0] in SPACE_KINDS
                 and (body := self.owner(key)) is not None and ((body.get("spec") or {}).get("embeddingSpace") == label)]  # fmt: skip
+
+    def claiming_hosts(self, hosts: Collection[str]) -> list[dict[str, Any]]:
+        """The services (of every namespace watched here) whose autoscaling.front.kedaHttpAddOn.hosts names one of
+        `hosts` (lowercase): the add-on's interceptor routes a host to one route, cluster-wide."""
+        wanted = set(hosts)
+        return [body for key in self.owner_keys() if key[0] in FRONT_KINDS and (body := self.owner(key)) is not None
+                and wanted.intersection(raw_front_hosts(body))]  # fmt: skip
 
     def in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         """Every watched object of a child kind in a namespace (the autoscaler's budget)."""

@@ -34,10 +34,16 @@ class Desired:
     problems: list[Problem] = field(default_factory=list)
     reason: str = C.INVALID_SPEC
     waiting: str | None = None  # why no child can be built yet (a ModelCache not Ready): what runs is kept
+    # Child kinds left out of what is written (and deleted where they exist), and why; the spec is not refused for
+    # them (a front host another service holds: reconcile/fronts.py).
+    left_out: tuple[str, ...] = ()
+    why_left_out: str | None = None
 
     @property
     def objects(self) -> list[dict[str, Any]]:
-        return self.built.desired
+        if not self.left_out:
+            return self.built.desired
+        return [o for o in self.built.desired if o["kind"] not in self.left_out]
 
 
 class Kind(Protocol):

@@ -14,6 +14,7 @@ from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api import messages as M
+from pooling_operator.api.front_hosts import held_message
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.resources import Resource, claims_space, family
 from pooling_operator.k8s.api import KINDS
@@ -22,6 +23,7 @@ from pooling_operator.reconcile.built import built
 from pooling_operator.reconcile.caches import cache_desired, mounted_cache
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.flow import Children, Desired
+from pooling_operator.reconcile.fronts import hosts_held_elsewhere
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.reconcile.spaces import space_problems
 from pooling_operator.reconcile.state import Memory
@@ -30,6 +32,7 @@ from pooling_operator.status.exposition import Gauges, Histograms
 from pooling_operator.status.services import (
     WHOLE_DEVICE,
     degraded_by_time,
+    front_withheld,
     gpus_as_placed,
     placed_whole,
     service_status,
@@ -82,6 +85,8 @@ class Services:
                 return Desired(b, claimed, C.EMBEDDING_SPACE_CLAIMED)
         if b.policy_problems:
             return Desired(b, b.policy_problems, b.policy_reason)
+        if held := await hosts_held_elsewhere(ctx, body, b.resource):
+            return Desired(b, left_out=("InterceptorRoute",), why_left_out=held_message(held))
         return Desired(b)
 
     async def refused(self, ctx: Context, body: dict[str, Any]) -> None:
@@ -99,6 +104,8 @@ class Services:
         template = current.get(("ResourceClaimTemplate", wanted)) if wanted else None  # not an old one still in use
         status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template,
                                 ctx.settings.keda_http_interceptor)
+        if desired.why_left_out is not None:
+            front_withheld(status, resource, desired.why_left_out)
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
         startup = merged(old_status.get("startup"), fresh)
@@ -129,6 +136,12 @@ class Services:
                 await ctx.tracker.stop(body)
             elif autoscaling.backend != "operator":
                 await ctx.tracker.clear_status(body)  # still counted towards its namespace's GPU budget
+        held = desired.why_left_out
+        if held is None and autoscaling is not None and autoscaling.front is not None:  # held again later: announced again
+            memory.warned -= {w for w in memory.warned if w[0] == meta["uid"] and w[1].startswith(C.FRONT_HOST_CLAIMED)}
+        elif (meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}") not in memory.warned:  # once per message, not per reconcile
+            memory.warned.add((meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}"))
+            ctx.event(body, "Warning", C.FRONT_HOST_CLAIMED, f"InterceptorRoute {meta['name']} not written: {held}.")
         if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
             ctx.event(
                 body, "Warning", "RoutesNotProtected",

@@ -27,7 +27,7 @@ from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
-from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, workload_job
+from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, raw_front_hosts, workload_job
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.reconcile.context import EVENTS_SHUTDOWN_SECONDS
 from pooling_operator.runtime.breaker import Breaker
@@ -142,6 +142,8 @@ class Runtime:
     def on_owner(self, body: dict[str, Any], deleted: bool) -> None:
         """A PoolingService, ScoringService, HiddenStateJob, PoolingJob or ModelCache was listed, changed or went away."""
         key = owner_key(body)
+        # the front hosts it claimed before this change and claims now: a host it let go may be another's turn
+        hosts = {*raw_front_hosts(self.ctx.cache.owner(key) or {}), *raw_front_hosts(body)}
         self.ctx.cache.observed(body, deleted=deleted)
         if deleted:
             self.forget(key, body["metadata"].get("uid") or "")
@@ -156,6 +158,11 @@ class Runtime:
                 self._add(dependent)
         if label := (body.get("spec") or {}).get("embeddingSpace"):
             for other in self.ctx.cache.claiming_space(key[1], str(label)):  # one may be refused for claiming it
+                if (peer := owner_key(other)) != key:
+                    self._settled.discard(peer)
+                    self._add(peer)
+        if hosts:  # one may hold a host another waits for (reconcile/fronts.py)
+            for other in self.ctx.cache.claiming_hosts(hosts):
                 if (peer := owner_key(other)) != key:
                     self._settled.discard(peer)
                     self._add(peer)

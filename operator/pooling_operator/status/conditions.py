@@ -54,6 +54,8 @@ CHILD_NAME_TAKEN = "ChildNameTaken"  # Ready False: a child's name is held by an
 STATUS_REFUSED = "StatusRefused"  # False: the API server refused the status the reconcile wrote (the message says why)
 POLICY_NOT_ALLOWED = "PolicyNotAllowed"  # False: the named AutoscalingPolicy does not select the namespace
 POLICY_INVALID = "PolicyInvalid"  # False: the AutoscalingPolicy it would follow breaks its own rules (named)
+# Ready (the spec is valid)
+FRONT_HOST_CLAIMED = "FrontHostClaimed"  # False: another service or route holds a front host; this one's route is not written
 # Progressing
 CREATING = "Creating"  # True: the Deployment or Job is being created
 ROLLING_OUT = "RollingOut"  # True: replicas are being updated, added or removed

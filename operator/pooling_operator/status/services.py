@@ -132,9 +132,15 @@ def _crashing(pods: list[dict[str, Any]]) -> str | None:
 def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str:
     """Where clients send requests: the KEDA HTTP add-on's interceptor (with a Host header among the front's
     hosts) when it fronts the service, holding requests while no replica runs; else the service's own Service."""
-    a, meta = resource.spec.autoscaling, resource.metadata
+    a = resource.spec.autoscaling
     if a is not None and a.front is not None:
         return interceptor
+    return service_url(resource)
+
+
+def service_url(resource: PoolingService | ScoringService) -> str:
+    """The service's own Service, in cluster DNS."""
+    meta = resource.metadata
     return f"http://{meta.name}.{meta.namespace or 'default'}.svc:{resource.spec.service.port}"
 
 
@@ -227,6 +233,16 @@ def service_status(
     else:
         status["contract"] = contract_status(resource)
     return status
+
+
+def front_withheld(status: dict[str, Any], resource: PoolingService | ScoringService, message: str) -> None:
+    """A service whose front hosts another service or route holds (api/front_hosts.py): its InterceptorRoute is not
+    written, so the interceptor does not reach it; Ready is False saying who holds which host, and the endpoint is
+    the service's own Service, which still serves. Mutates ``status``."""
+    status["endpoint"] = service_url(resource)
+    for cond in status["conditions"]:
+        if cond["type"] == C.READY:
+            cond.update(status="False", reason=C.FRONT_HOST_CLAIMED, message=message + ".")
 
 
 def invalid_status(
