@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    field_validator,
     model_validator,
 )
 
@@ -361,8 +362,37 @@ class Affinity(Spec):
     pod_anti_affinity: ObjectDict | None = Field(default=None, description="Kubernetes PodAntiAffinity.")
 
 
+class LocalObjectReference(Spec):
+    """A reference to an object by name in the resource's namespace."""
+
+    name: Name = Field(description="Name of the object, in the resource's namespace.")
+
+
+class TopologySpreadConstraint(Spec):
+    """Kubernetes TopologySpreadConstraint: how the pods spread across zones or nodes. Without a labelSelector the
+    constraint counts this resource's own pods (its instance and component labels)."""
+
+    max_skew: int = Field(ge=1, le=2**31 - 1, description="The most the pod count may differ between two domains.")
+    topology_key: str = Field(min_length=1, max_length=316, description="Node label whose values are the domains, e.g. "
+                              "topology.kubernetes.io/zone.")
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = Field(
+        description="DoNotSchedule (the pod waits) or ScheduleAnyway (placed, preferring less skew)."
+    )
+    label_selector: ObjectDict | None = Field(
+        default=None, description="Kubernetes LabelSelector of the pods counted. Default: this resource's pods."
+    )
+    min_domains: int | None = Field(default=None, ge=1, le=2**31 - 1, description="Fewest eligible domains (DoNotSchedule only).")
+    match_label_keys: list[Annotated[str, StringConstraints(min_length=1, max_length=316)]] | None = Field(
+        default=None, max_length=32, description="Pod label keys whose values narrow the pods counted (e.g. pod-template-hash)."
+    )
+    node_affinity_policy: Literal["Honor", "Ignore"] | None = Field(default=None, description="Whether nodeAffinity "
+                                                                     "and nodeSelector limit the domains. Default Honor.")
+    node_taints_policy: Literal["Honor", "Ignore"] | None = Field(default=None, description="Whether node taints limit the "
+                                                                    "domains. Default Ignore.")
+
+
 class TemplateSpec(Spec):
-    """Pod placement and metadata added to every pod."""
+    """Pod placement and metadata added to every pod the resource makes (vLLM, job drivers, cache fills)."""
 
     node_selector: dict[str, str] | None = Field(default=None, description="Extra node selector labels.")
     tolerations: list[Toleration] | None = Field(default=None, description="Pod tolerations (Kubernetes Toleration).")
@@ -372,6 +402,27 @@ class TemplateSpec(Spec):
         default=None, description="Extra pod labels (never used in selectors)."
     )
     annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, max_length=32, description="Secrets with registry credentials for the pods' images (a private "
+        "mirror of vLLM's image, of the operator's).", json_schema_extra={"x-kubernetes-list-type": "map",
+                                                                           "x-kubernetes-list-map-keys": ["name"]},
+    )
+    runtime_class_name: Name | None = Field(
+        default=None, max_length=253, description="RuntimeClass of the pods, e.g. nvidia where GPU nodes run the NVIDIA "
+        "container runtime behind a runtime class."
+    )
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _distinct_secrets(cls, refs: list[LocalObjectReference] | None) -> list[LocalObjectReference] | None:
+        names = [r.name for r in refs or []]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"{', '.join(twice)} appear more than once; name each Secret once")
+        return refs
+
+    topology_spread_constraints: list[TopologySpreadConstraint] | None = Field(
+        default=None, max_length=16, description="How the pods spread across topology domains (as the PodSpec field; "
+        "a constraint without labelSelector counts this resource's pods)."
+    )
 
 
 class Condition(Spec):

@@ -14,7 +14,7 @@ from typing import Any
 from pooling_operator import API_VERSION
 from pooling_operator.api import ModelCache
 from pooling_operator.api import cache_fill_contract as F
-from pooling_operator.api.identity import labels
+from pooling_operator.api.identity import labels, selector_labels
 from pooling_operator.builders import names
 from pooling_operator.builders.common import CONTAINER_SECURITY, POD_SECURITY, env_var, placement, secret_env
 
@@ -104,7 +104,7 @@ def fill_job(resource: ModelCache, operator_image: str, hub_endpoint: str | None
         "automountServiceAccountToken": False,  # the fill talks to the Hub only, never to the API server
         "enableServiceLinks": False,
         "securityContext": POD_SECURITY,
-        **placement(resource.spec.template, None),
+        **placement(resource.spec.template, None, selector_labels(resource.metadata.name, resource.kind)),
         "containers": [container],
         "volumes": [{"name": "claim", "persistentVolumeClaim": {"claimName": claim_name(resource)}},
                     {"name": "tmp", "emptyDir": {}}],

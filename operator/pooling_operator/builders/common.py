@@ -199,8 +199,10 @@ def resource_requirements(resources: ResourcesSpec | None) -> dict[str, Any]:
     return out
 
 
-def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) -> dict[str, Any]:
-    """nodeSelector (with the GPU product), tolerations (with the GPU taint), affinity, priority class."""
+def placement(template: TemplateSpec | None, resources: ResourcesSpec | None, own_pods: dict[str, str]) -> dict[str, Any]:
+    """nodeSelector (with the GPU product), tolerations (with the GPU taint), affinity, priority class, image pull
+    secrets, runtime class and topology spread (a constraint without labelSelector counts the pods `own_pods`
+    matches: the resource's own)."""
     spec: dict[str, Any] = {}
     selector = dict(template.node_selector or {}) if template else {}
     gpu = resources.gpu if resources and resources.gpu else None
@@ -222,6 +224,15 @@ def placement(template: TemplateSpec | None, resources: ResourcesSpec | None) ->
         spec["affinity"] = template.affinity.wire()
     if template and template.priority_class_name:
         spec["priorityClassName"] = template.priority_class_name
+    if template and template.image_pull_secrets:
+        spec["imagePullSecrets"] = [ref.wire() for ref in template.image_pull_secrets]
+    if template and template.runtime_class_name:
+        spec["runtimeClassName"] = template.runtime_class_name
+    if template and template.topology_spread_constraints:
+        spec["topologySpreadConstraints"] = [
+            {**c.wire(), "labelSelector": c.label_selector if c.label_selector is not None else {"matchLabels": dict(own_pods)}}
+            for c in template.topology_spread_constraints
+        ]
     return spec
 
 

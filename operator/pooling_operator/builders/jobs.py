@@ -8,6 +8,7 @@ from typing import Any
 from pooling_operator.api import HiddenStateJob, PoolingJob, kueue
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
+from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.builders import names
@@ -154,7 +155,7 @@ def indexed_job(resource: HiddenStateJob | PoolingJob, w: Workload, ctx: BuildCo
         "enableServiceLinks": False,
         # vLLM and the driver share POD_SECURITY's one UID: vLLM's files are mode 0600 (see POD_SECURITY)
         "securityContext": POD_SECURITY,
-        **placement(spec.template, spec.resources),
+        **placement(spec.template, spec.resources, selector_labels(w.name, w.kind)),
         "initContainers": init,
         "containers": [driver],
         "volumes": volumes,

@@ -80,7 +80,7 @@ def deployment(resource: Service, w: Workload, argv: list[str], model_cache: Cac
         "automountServiceAccountToken": False,
         "securityContext": POD_SECURITY,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        **placement(spec.template, spec.resources),
+        **placement(spec.template, spec.resources, selector_labels(w.name, w.kind)),
         "containers": [container],
         "volumes": volumes,
     }
