@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 CLI := $(CURDIR)/$(VENV)/bin/pooling-operator
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+LOCK := images/operator/requirements.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 CONTROLLERS_LOG = $(CURDIR)/.cluster/controllers-build.log
 
@@ -14,17 +15,32 @@ CONTROLLERS_LOG = $(CURDIR)/.cluster/controllers-build.log
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@echo "==> Installing the project into $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv resolves and installs in parallel from its own cache (~15 s warm here, pip took ~75 s); pip stays in
 	@# the venv for the image build's `pip download`.
 	@$(PY) -m pip install -q --disable-pip-version-check 'uv>=0.9'
-	@$(VENV)/bin/uv pip install -q --python $(PY) -e '.[test]'
+	@# the image's lock as constraints: the tests run the versions the image installs
+	@$(VENV)/bin/uv pip install -q --python $(PY) -e '.[test]' -c $(LOCK)
 	@rm -f $(VENV)/.installed-*; touch $@
 
 .PHONY: venv
 venv: $(STAMP) ## Create .venv and install the project with its test tools
+
+.PHONY: lock
+lock: ## Pin the image's Python dependencies with hashes (images/operator/requirements.lock) from pyproject.toml
+	@test -x $(VENV)/bin/uv || $(MAKE) --no-print-directory venv
+	@# uv keeps the versions the lock holds (its preferences) unless pyproject.toml's ranges exclude them
+	@head -4 $(LOCK) > $(LOCK).head && cp $(LOCK) $(LOCK).pins
+	@$(VENV)/bin/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 --no-header --quiet -o $(LOCK).pins
+	@cat $(LOCK).head $(LOCK).pins | awk 'NR <= 4 || !/^# The operator image|^# apart|^# pyproject|^# installs/' > $(LOCK) && rm -f $(LOCK).head $(LOCK).pins
+	@echo "==> $(LOCK): $$(grep -c '==' $(LOCK)) pinned dependencies"
+
+.PHONY: release
+release: venv ## Build the operator image and chart at pyproject.toml's version; push both to REGISTRY=host/org (image by digest, chart as OCI)
+	@test -n "$(REGISTRY)" || { echo "make release needs REGISTRY=host/org (e.g. ghcr.io/vllm-pooling-operator)"; exit 2; }
+	@$(PY) -m tools.release --registry $(REGISTRY) $(if $(RELEASE_OUT),--out $(RELEASE_OUT))
 
 .PHONY: demo
 demo: venv ## Local control plane + operator + examples until Ready; REAL_VLLM=1 serves MiniLM with real vLLM

@@ -7,12 +7,12 @@ buildah storage and a folder keyed by what decides its content, outside the clon
 
     ${VPO_CACHE_DIR:-~/.cache/vllm-pooling-operator}/image/
       base-debian12-minbase-slim_<hash>/                  the base's manifest and debootstrap log
-      image-debian12-py3.11_vllm-pooling-operator-<version>_<hash>/   manifest.json, build.log, constraints.txt
+      image-debian12-py3.11_vllm-pooling-operator-<version>_<hash>/   manifest.json, build.log
       storage-<driver>/                                   buildah's images (overlay where the kernel has it, else vfs)
 
-The hash covers the wheels' versions (the operator's dependency closure at the versions installed in the
-project's venv, which the tests ran with, pinned through a constraints file), the Dockerfile, install.sh and
-every file of the build context. The build's pip is offline: its wheels are downloaded here first (this host
+The hash covers the wheels' versions (images/operator/requirements.lock, with the hash of every file; the
+project's venv installs the same versions), the Dockerfile, install.sh and every file of the build context. The
+build's pip is offline: the lock's wheels are downloaded here first, each checked against its hashes (this host
 has the network and its CA bundle), and a pip configuration mounted into the build points at them.
 
     python -m e2e.image            # build unless cached; print name, size and folder
@@ -89,7 +89,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 """
 # Mounted over the base's empty /mnt for the build's RUN steps only, so nothing of it stays in a layer.
 BUILD_MOUNT = "/mnt"
-PIP_CONF = f"[global]\nno-index = true\nfind-links = {BUILD_MOUNT}/wheels\nconstraint = {BUILD_MOUNT}/constraints.txt\n"
+PIP_CONF = f"[global]\nno-index = true\nfind-links = {BUILD_MOUNT}/wheels\n"
 
 
 class Unavailable(RuntimeError):
@@ -170,32 +170,27 @@ def _exists(name: str) -> bool:
 # ---- what decides the content: the key ------------------------------------------------------------------
 
 
-def dependency_pins() -> dict[str, str]:
-    """The operator's dependency closure (markers evaluated here: the image's Python and platform) at the
-    versions installed in this interpreter's environment, the project's venv."""
-    from importlib import metadata
+LOCK = REPO / "images" / "operator" / "requirements.lock"
 
+
+def dependency_pins() -> dict[str, str]:
+    """The operator's dependencies as images/operator/requirements.lock pins them, those whose markers hold for the
+    image (Debian's Python on Linux, this machine's architecture): what the image installs."""
+    from packaging.markers import default_environment
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    if sys.version_info[:2] != tuple(int(x) for x in PYTHON.split(".")):
-        raise Unavailable(f"the pins and wheels are taken from this interpreter, Python {sys.version.split()[0]}; "
-                          f"the image's is Debian's {PYTHON}: run with the project's venv on Python {PYTHON}")
-    seen: dict[str, tuple[str, frozenset[str]]] = {}
-    todo: list[tuple[str, frozenset[str]]] = [("vllm-pooling-operator", frozenset())]
-    while todo:
-        name, extras = todo.pop()
-        dist = metadata.distribution(name)
-        key = canonicalize_name(dist.metadata["Name"])
-        if key in seen and extras <= seen[key][1]:
+    env = {**default_environment(), "python_version": PYTHON, "python_full_version": f"{PYTHON}.2",
+           "sys_platform": "linux", "platform_system": "Linux", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython"}  # fmt: skip
+    pins: dict[str, str] = {}
+    for line in LOCK.read_text().splitlines():
+        if not line or line[0] in " #-":
             continue
-        seen[key] = (dist.version, extras | seen.get(key, ("", frozenset()))[1])
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
-                todo.append((req.name, frozenset(req.extras)))
-    seen.pop("vllm-pooling-operator")
-    return {name: version for name, (version, _) in sorted(seen.items())}
+        req = Requirement(line.rstrip(" \\"))
+        if req.marker is None or req.marker.evaluate(env):
+            pins[canonicalize_name(req.name)] = next(iter(req.specifier)).version
+    return dict(sorted(pins.items()))
 
 
 def context_files() -> list[Path]:
@@ -399,14 +394,15 @@ def _build(k: str, d: Path, name: str, pins: dict[str, str], log: Callable[[str]
     t = time.monotonic()
     mount = Path(tempfile.mkdtemp(prefix=".build-", dir=d))
     try:
-        (mount / "constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in pins.items()))
-        shutil.copy(mount / "constraints.txt", d / "constraints.txt")
         (mount / "pip.conf").write_text(PIP_CONF)
-        log("[image] downloading the pinned wheels (and setuptools, wheel to build the operator's) with pip")
-        _run_logged([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                     "--only-binary=:all:", "--dest", str(mount / "wheels"), "-r", str(mount / "constraints.txt"),
-                     "-c", str(mount / "constraints.txt"), "setuptools>=77", "wheel"],
-                    logfile, "pip download", env={**os.environ, "PIP_FIND_LINKS": ""})  # fmt: skip
+        log("[image] downloading the lock's wheels, each checked against its hashes (and setuptools, wheel to build the operator's) with pip")
+        wheels = str(mount / "wheels")
+        quiet = ["--quiet", "--disable-pip-version-check", "--only-binary=:all:", "--dest", wheels]
+        # this interpreter is the image's Python version on the image's platform (dependency_pins says so)
+        _run_logged([sys.executable, "-m", "pip", "download", *quiet, "--require-hashes", "--no-deps", "-r", str(LOCK)],
+                    logfile, "pip download (the lock)", env={**os.environ, "PIP_FIND_LINKS": ""})  # fmt: skip
+        _run_logged([sys.executable, "-m", "pip", "download", *quiet, "setuptools>=77", "wheel"],
+                    logfile, "pip download (build tools)", env={**os.environ, "PIP_FIND_LINKS": ""})  # fmt: skip
         seconds["wheels"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -471,6 +467,43 @@ def mounted(name: str) -> Iterator[Path]:
         yield Path(buildah("mount", ctr).stdout.strip())
     finally:
         buildah("rm", ctr, check=False)
+
+
+# The runner, as the host's /bin/sh in a private mount namespace: the image's root read-only (a pod's
+# readOnlyRootFilesystem), tmpfs on /tmp, /run and /dev with the usual device nodes, /proc, the
+# ServiceAccount's folder where kubelet mounts it, then chroot(2) and setuid/setgid to the image's user.
+RUNNER = r"""
+set -eu
+root=$1 user=$2 secrets=$3 mount=$4 chroot=$5
+shift 5
+"$mount" --bind "$root" "$root"
+"$mount" -o remount,bind,ro "$root"
+"$mount" -t tmpfs -o mode=1777,size=64m tmpfs "$root/tmp"
+"$mount" -t tmpfs -o mode=755,size=1m tmpfs "$root/run"
+"$mount" -t tmpfs -o mode=755,size=1m tmpfs "$root/dev"
+for d in null zero full random urandom; do : > "$root/dev/$d"; "$mount" --bind "/dev/$d" "$root/dev/$d"; done
+"$mount" -t proc proc "$root/proc"
+if [ -n "$secrets" ]; then
+  sa="$root/run/secrets/kubernetes.io/serviceaccount"
+  /bin/mkdir -p "$sa"
+  "$mount" --bind "$secrets" "$sa"
+  "$mount" -o remount,bind,ro "$sa"
+fi
+exec "$chroot" --userspec="$user" "$root" "$@"
+"""
+
+
+def runner(rootfs: Path, *, user: str, secrets: Path | None = None) -> list[str]:
+    """The argv prefix that runs a command of the image (an absolute path inside it) from ``rootfs``: the host's
+    unshare, sh, mount and chroot, with any environment (PATH included) passed to the command unchanged."""
+    tools = [which(t) or t for t in ("mount", "chroot")]
+    return [which("unshare") or "unshare", "--mount", "--", "/bin/sh", "-c", RUNNER, "runner", str(rootfs), user,
+            str(secrets or ""), *tools]  # fmt: skip
+
+
+def config_env(config: dict) -> dict[str, str]:
+    """The image's ENV as a process environment (HOME=/ as container runtimes set for a user without a home)."""
+    return {"HOME": "/", **dict(e.split("=", 1) for e in config.get("Env") or [])}
 
 
 def main(argv: list[str] | None = None) -> int:

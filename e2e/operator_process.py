@@ -47,6 +47,40 @@ class OperatorProcess:
         if kubeconfig is not None:
             self.env["KUBECONFIG"] = str(kubeconfig)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_port: int | None = None
+
+    @classmethod
+    def from_chart(cls, cluster: ControlPlane, deployment: dict, name: str, *, kubeconfig: Path | None = None,
+                   webhook_port: int | None = None) -> OperatorProcess:
+        """The operator as the chart's Deployment runs it: its container's arguments and literal environment, with
+        this machine's free ports for metrics, health and readiness, everything bound to loopback, and the
+        webhook on `webhook_port` (the chart's webhook.url names it); POD_NAMESPACE is the Deployment's namespace."""
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        op = cls(cluster, name, standalone=False, kubeconfig=kubeconfig)
+        (op.ready_port,) = _free_ports(1)
+        ports = {"--metrics-port": op.metrics_port, "--health-port": op.health_port, "--readiness-port": op.ready_port,
+                 "--webhook-port": webhook_port}
+        args = []
+        for arg in container["args"]:
+            flag = arg.split("=", 1)[0]
+            if flag in ports:
+                if ports[flag] is not None:
+                    args.append(f"{flag}={ports[flag]}")
+                continue
+            args.append(arg)
+        op.argv = [sys.executable, "-m", "pooling_operator", *args, "--bind", "127.0.0.1", "--webhook-bind", "127.0.0.1"]
+        namespace = deployment["metadata"]["namespace"]
+        literal = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+        op.env.update({**literal, "POD_NAMESPACE": namespace})
+        return op
+
+    def ready(self) -> bool:
+        """/readyz answers 200 (a replica started from the chart: from_chart)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ready_port}/readyz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         with self.log.open("ab") as out:

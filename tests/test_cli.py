@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +23,15 @@ def write(tmp_path: Path, name: str, *docs: object) -> Path:
 
 
 def test_examples_validate_without_a_single_warning(capsys: pytest.CaptureFixture[str]) -> None:
-    """A newcomer's first command: every example pins a revision, so nothing is printed but the notes of
-    the GPU shares' minimum."""
+    """A newcomer's first command: every example pins a revision and gives the model's facts, so nothing is printed
+    but the notes of the GPU shares' minimum and the summary."""
     assert main(["validate", str(ROOT / "examples")]) == 0
     captured = capsys.readouterr()
-    notes = [line for line in captured.err.splitlines() if ": note: " in line]  # a GPU share's minimum, shown
-    assert (captured.out, [line for line in captured.err.splitlines() if line not in notes]) == ("", [])
+    *lines, summary = captured.err.splitlines()
+    notes = [line for line in lines if ": note: " in line]  # a GPU share's minimum, shown
+    assert (captured.out, [line for line in lines if line not in notes]) == ("", [])
     assert len(notes) == 2 and all("for a minimum of" in line for line in notes)
+    assert re.fullmatch(r"(\d+) resources checked: \1 valid, 0 invalid \(0 errors, 0 warnings, 0 notices\)", summary), summary
 
 
 def test_every_pinned_revision_is_cited_in_examples_readme() -> None:

@@ -68,5 +68,6 @@ def test_validate_warns_when_two_services_of_a_namespace_share_a_claim(tmp_path,
     assert main(["validate", str(f)]) == 0  # a warning, not an error
     err = capsys.readouterr().err
     assert "PoolingService/b: spec.engine.compileCache.claimName: warning: claim 'cc' is also the compile cache of PoolingService/a" in err
-    lines = err.strip().splitlines()
+    *lines, summary = err.strip().splitlines()
+    assert summary == "3 resources checked: 3 valid, 0 invalid (0 errors, 1 warning, 0 notices)"
     assert len(lines) == 1 and ": PoolingService/b: " in lines[0], lines  # not a, the first; not c, elsewhere

@@ -68,7 +68,13 @@ BINARIES = tuple(b for g in GROUPS for b in g.binaries)
 
 # Tools the tests use beside the control plane, each cached in its own folder keyed by its own pins (so that
 # adding or moving one never rebuilds the control plane): bin/<name>-<version>_<os>-<arch>_<hash>/.
-TOOLS = (Group("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}),)
+TOOLS = (
+    Group("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}),
+    # an OCI registry (in memory, loopback) that `make release` pushes to in the release test
+    Group("registry", "github.com/google/go-containerregistry", {"registry": "github.com/google/go-containerregistry/cmd/registry"}),
+    # the release workflow's linter (make lint)
+    Group("actionlint", "github.com/rhysd/actionlint", {"actionlint": "github.com/rhysd/actionlint/cmd/actionlint"}),
+)
 
 # Third-party controllers the tests run beside the operator (KEDA, Kueue): one wrapper module, because their
 # pins resolve together (both on k8s.io/* v0.35 and controller-runtime v0.23; KEDA's replace block is copied
@@ -242,6 +248,8 @@ def _ldflags(group: Group, version: str) -> str:
         flags.append(f"-X go.etcd.io/etcd/api/v3/version.GitSHA={version}")
     elif group.name == "helm":
         flags.append(f"-X helm.sh/helm/v3/internal/version.version={version}")
+    elif group.name == "actionlint":
+        flags.append(f"-X github.com/rhysd/actionlint.version={version}")
     elif group.name == "controllers":
         versions = controller_versions()
         flags.append(f"-X github.com/kedacore/keda/v2/version.Version={versions['keda']}")

@@ -4,7 +4,6 @@ TOOLS): lint, templates per mode, the values schema, and the facts that must hav
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,8 @@ def rbac_manifest(docs: list[dict[str, Any]]) -> str:
 
 def test_lint_strict_in_every_mode(helm: Path) -> None:
     for sets in ([], ["watchNamespaces={search,research}"], ["webhook.enabled=false,crds.install=false"],
-                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicas=2,alerts.enabled=true,dashboards.enabled=true"]):  # fmt: skip
+                 ["metrics.serviceMonitor.enabled=true,defaultPolicy.enabled=true,replicaCount=2,alerts.enabled=true,dashboards.enabled=true"],
+                 ["webhook.certManager.enabled=true"], ["replicas=3"]):  # fmt: skip
         res = run_helm(helm, "lint", "--strict", str(CHART), *[a for s in sets for a in ("--set", s)])
         assert res.returncode == 0, (sets, res.stdout, res.stderr)
 
@@ -70,17 +70,85 @@ def test_crds_in_the_chart_are_the_repository_crds(helm: Path) -> None:
 
 
 def test_every_label_and_annotation_renders_as_a_string(helm: Path) -> None:
-    """A hash rendered bare is read by YAML as a number when it happens to be all digits or look like 12e345
-    (the webhook certificate's checksum: a new certificate every install), and the API server refuses the
-    Deployment. Checked on the text, so that it fails for every certificate, not once in a few hundred."""
-    res = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE)
+    """A value rendered bare that YAML reads as a number or a boolean (a hash of digits, `true`) is refused by the
+    API server in a label or annotation."""
+    res = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE, "--set", "shards=2")
     assert res.returncode == 0, res.stderr
-    [line] = [x for x in res.stdout.splitlines() if "checksum/webhook-cert:" in x]
-    assert re.fullmatch(r'\s*checksum/webhook-cert: "[0-9a-f]{16}"', line), line
     for doc in (d for d in yaml.safe_load_all(res.stdout) if d):
         for meta in (doc["metadata"], ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}):
             for key in ("labels", "annotations"):
                 assert all(isinstance(v, str) for v in (meta.get(key) or {}).values()), (doc["kind"], key, meta.get(key))
+
+
+VALUE_SETS = ([], ["webhook.certManager.enabled=true"], ["webhook.url=https://127.0.0.1:9443"], ["shards=3", "replicaCount=2"],
+              ["watchNamespaces={search,research}"], ["webhook.enabled=false"])
+
+
+@pytest.mark.parametrize("sets", VALUE_SETS, ids=lambda s: ",".join(s) or "defaults")
+def test_helm_template_gives_the_same_bytes_every_time_and_no_key_material(helm: Path, sets: list[str]) -> None:
+    """Argo CD renders with `helm template` and compares: a chart that generates a certificate in a template is
+    OutOfSync for ever and rotates it on every sync. Two runs, the same bytes; nothing a key or CA could be."""
+    args = ["template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE, *[a for s in sets for a in ("--set", s)]]
+    first, second = run_helm(helm, *args), run_helm(helm, *args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert "BEGIN" not in first.stdout and "caBundle" not in first.stdout and "checksum/" not in first.stdout
+    for doc in (d for d in yaml.safe_load_all(first.stdout) if d):
+        if doc["kind"] == "Secret":
+            assert not doc.get("data") and not doc.get("stringData"), doc  # filled by the operator at run time
+
+
+def test_cert_manager_with_no_issuer_gets_a_self_signed_one(helm: Path) -> None:
+    docs = template(helm, "webhook.certManager.enabled=true", "webhook.url=https://127.0.0.1:9443")
+    [issuer] = [d for d in docs if d["kind"] == "Issuer"]
+    [cert] = [d for d in docs if d["kind"] == "Certificate"]
+    assert issuer["spec"] == {"selfSigned": {}} and cert["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    assert cert["spec"]["ipAddresses"] == ["127.0.0.1"] and all(n.endswith((".svc", ".svc.cluster.local")) for n in cert["spec"]["dnsNames"])
+    assert not [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == cert["spec"]["secretName"]]  # cert-manager's
+    [dep] = [d for d in docs if d["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-cert-manager" in args and not any(a.startswith("--webhook-configuration") for a in args)
+    given = template(helm, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=corp-ca",
+                     "webhook.certManager.issuerRef.kind=ClusterIssuer")
+    assert not [d for d in given if d["kind"] == "Issuer"]
+    assert next(d for d in given if d["kind"] == "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_values_production_asks_for(helm: Path) -> None:
+    docs = template(helm, "replicaCount=3", "priorityClassName=system-cluster-critical", "fullnameOverride=vpo",
+                    "topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+                    "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway", "extraEnv[0].name=HTTPS_PROXY",
+                    "extraEnv[0].value=http://proxy:3128", "extraEnvFrom[0].secretRef.name=proxy", "logFormat=json",
+                    "logLevel=debug", "image.digest=sha256:" + "a" * 64, "global.imageRegistry=mirror.example")
+    [dep] = [d for d in docs if d["kind"] == "Deployment"]
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    pod = dep["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert dep["metadata"]["name"] == "vpo" and dep["spec"]["replicas"] == 3 and pod["priorityClassName"] == "system-cluster-critical"
+    assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    [spread] = pod["topologySpreadConstraints"]
+    assert spread["labelSelector"] == {"matchLabels": dep["spec"]["selector"]["matchLabels"]}
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in c["env"] and c["envFrom"] == [{"secretRef": {"name": "proxy"}}]
+    assert {"--log-format=json", "--log-level=debug"} <= set(c["args"])
+    assert c["image"] == "ghcr.io/vllm-pooling-operator/vllm-pooling-operator@sha256:" + "a" * 64
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    rules = yaml.safe_load((CHART / "values.yaml").read_text())["alerts"]["runbookURL"]
+    assert rules.startswith("https://github.com/vllm-pooling-operator/vllm-pooling-operator/")
+
+
+def test_the_chart_works_as_a_subchart(helm: Path, tmp_path: Path) -> None:
+    """A parent chart passes `global` to every subchart (helm/helm#10392): the schema must accept it."""
+    parent = tmp_path / "platform"
+    (parent / "charts").mkdir(parents=True)
+    (parent / "Chart.yaml").write_text("apiVersion: v2\nname: platform\nversion: 1.0.0\n")
+    (parent / "values.yaml").write_text("global: {imageRegistry: mirror.example}\nvllm-pooling-operator: {replicaCount: 2}\n")
+    import shutil
+
+    shutil.copytree(CHART, parent / "charts" / "vllm-pooling-operator")
+    res = run_helm(helm, "template", "p", str(parent), "--kube-version", KUBE)
+    assert res.returncode == 0, res.stderr
+    [dep] = [d for d in yaml.safe_load_all(res.stdout) if d and d["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 2
 
 
 def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
@@ -90,7 +158,7 @@ def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
     assert pod["securityContext"]["runAsNonRoot"] and isinstance(pod["securityContext"]["runAsUser"], int)
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["resources"]["requests"] and c["resources"]["limits"]
     assert "--webhook-port=9443" in c["args"]
 
@@ -98,7 +166,7 @@ def test_operator_pod_is_restricted_and_probed(helm: Path) -> None:
 def test_shards_are_one_deployment_each_with_its_own_selector_and_shard_flag(helm: Path) -> None:
     [one] = [d for d in template(helm) if d["kind"] == "Deployment"]
     assert not any(a.startswith("--shard") for a in one["spec"]["template"]["spec"]["containers"][0]["args"])
-    deps = [d for d in template(helm, "shards=3", "replicas=2") if d["kind"] == "Deployment"]
+    deps = [d for d in template(helm, "shards=3", "replicaCount=2") if d["kind"] == "Deployment"]
     assert [d["metadata"]["name"] for d in deps] == [f"{one['metadata']['name']}-shard-{i}" for i in range(3)]
     for i, d in enumerate(deps):
         selector = d["spec"]["selector"]["matchLabels"]
@@ -115,7 +183,9 @@ def test_rbac_has_no_wildcards_and_namespaced_mode_writes_nothing_cluster_wide(h
     namespaced = template(helm, "watchNamespaces={search,research}")
     [cluster_role] = [d for d in namespaced if d["kind"] == "ClusterRole"]
     writes = [r for r in cluster_role["rules"] if {"create", "update", "patch", "delete"} & set(r["verbs"])]
-    assert all(r["resources"] == ["autoscalingpolicies/status"] for r in writes), writes
+    own_webhook = {"resources": ["validatingwebhookconfigurations"], "resourceNames": [f"{RELEASE}"], "verbs": ["get", "patch"],
+                   "apiGroups": ["admissionregistration.k8s.io"]}  # its caBundle, on the operator's own object only
+    assert all(r["resources"] == ["autoscalingpolicies/status"] or r == own_webhook for r in writes), writes
     roles = {d["metadata"]["namespace"] for d in namespaced if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-self")}
     assert roles == {"search", "research"}
     [dep] = [d for d in namespaced if d["kind"] == "Deployment"]
@@ -172,7 +242,8 @@ def test_deploy_rbac_is_rendered_from_the_chart(helm: Path) -> None:
 
 @pytest.mark.parametrize(
     ("sets", "field"),
-    [("replicas=0", "replicas"), ("shards=0", "shards"), ("webhook.failurePolicy=Sometimes", "failurePolicy"),
+    [("replicaCount=0", "replicaCount"), ("replicas=0", "replicas"), ("shards=0", "shards"),
+     ("image.digest=latest", "digest"), ("logFormat=xml", "logFormat"), ("alerts.runbookURL=docs/alerts.md", "runbookURL"), ("webhook.failurePolicy=Sometimes", "failurePolicy"),
      ("watchNamespaces[0]=Not_A_Namespace", "watchNamespaces"), ("nosuchvalue=1", "nosuchvalue")],
 )  # fmt: skip
 def test_bad_values_fail_with_the_field_named(helm: Path, sets: str, field: str) -> None:

@@ -24,6 +24,7 @@ import yaml
 from e2e import image
 from e2e.harness.config import ClusterConfig
 from e2e.harness.poll import wait_for
+from e2e.image import config_env, runner
 from e2e.kube.controlplane import REPO_ROOT, ControlPlane
 from e2e.kube.crds import install_crds
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
@@ -35,43 +36,6 @@ pytestmark = pytest.mark.timeout(900)
 
 UID = 65532
 EXAMPLE = REPO_ROOT / "examples" / "minilm-embeddings.yaml"
-
-
-# The runner, as the host's /bin/sh in a private mount namespace: the image's root read-only (a pod's
-# readOnlyRootFilesystem), tmpfs on /tmp, /run and /dev with the usual device nodes, /proc, the
-# ServiceAccount's folder where kubelet mounts it, then chroot(2) and setuid/setgid to the image's user.
-RUNNER = r"""
-set -eu
-root=$1 user=$2 secrets=$3 mount=$4 chroot=$5
-shift 5
-"$mount" --bind "$root" "$root"
-"$mount" -o remount,bind,ro "$root"
-"$mount" -t tmpfs -o mode=1777,size=64m tmpfs "$root/tmp"
-"$mount" -t tmpfs -o mode=755,size=1m tmpfs "$root/run"
-"$mount" -t tmpfs -o mode=755,size=1m tmpfs "$root/dev"
-for d in null zero full random urandom; do : > "$root/dev/$d"; "$mount" --bind "/dev/$d" "$root/dev/$d"; done
-"$mount" -t proc proc "$root/proc"
-if [ -n "$secrets" ]; then
-  sa="$root/run/secrets/kubernetes.io/serviceaccount"
-  /bin/mkdir -p "$sa"
-  "$mount" --bind "$secrets" "$sa"
-  "$mount" -o remount,bind,ro "$sa"
-fi
-exec "$chroot" --userspec="$user" "$root" "$@"
-"""
-
-
-def runner(rootfs: Path, *, user: str, secrets: Path | None = None) -> list[str]:
-    """The argv prefix that runs a command of the image (an absolute path inside it) from ``rootfs``: the host's
-    unshare, sh, mount and chroot, with any environment (PATH included) passed to the command unchanged."""
-    tools = [image.which(t) or t for t in ("mount", "chroot")]
-    return [image.which("unshare") or "unshare", "--mount", "--", "/bin/sh", "-c", RUNNER, "runner", str(rootfs), user,
-            str(secrets or ""), *tools]  # fmt: skip
-
-
-def config_env(config: dict) -> dict[str, str]:
-    """The image's ENV as a process environment (HOME=/ as container runtimes set for a user without a home)."""
-    return {"HOME": "/", **dict(e.split("=", 1) for e in config.get("Env") or [])}
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,20 @@
 """vllm-pooling-operator: vLLM pooling, scoring and hidden-state workloads on Kubernetes."""
 
-__version__ = "0.2.0"
+def _version() -> str:
+    """The one version: pyproject.toml's, as installed (the image, a venv), else read from the source tree."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("vllm-pooling-operator")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+
+
+__version__ = _version()
 
 GROUP = "vllm-pooling.io"
 VERSION = "v1alpha1"

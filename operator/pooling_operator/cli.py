@@ -14,23 +14,21 @@ from typing import Any
 from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy, ModelCache
 from pooling_operator.api.crd import all_crds
-from pooling_operator.api.front_hosts import host_clashes
-from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.api.policy import policy_for
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache, claim_name
 from pooling_operator.builders.caches import revision as cache_revision
-from pooling_operator.manifests import ManifestError, dump_all, load
+from pooling_operator.checks import check, report_json, report_text, summary_line
+from pooling_operator.manifests import ManifestError, dump_all
 from pooling_operator.pods.compile_cache.cli import add_parser as add_compile_cache_parser
 from pooling_operator.pods.hidden_states.cli import add_parser as add_hidden_states_parser
 from pooling_operator.pods.model_cache.cli import add_parser as add_model_cache_parser
 from pooling_operator.pods.vectors.cli import add_parser as add_pooling_job_parser
 from pooling_operator.status.services import share_status
-from pooling_operator.vllm.embedding_space import space_clashes
 from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR, KEDA_HTTP_SCALER, Settings
 from pooling_operator.vllm.share_rules import SHARE_KINDS
-from pooling_operator.vllm.storage_rules import cache_contradictions, shared_compile_caches
-from pooling_operator.vllm.validate import Result, duplicate_problems, problem_line, validate
+from pooling_operator.vllm.validate import Result, problem_line
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2
 API_SERVER_MAX_NESTING = 10_000  # what kube-apiserver's JSON decoder accepts
@@ -50,58 +48,32 @@ def _settings(args: argparse.Namespace) -> Settings:
                     keda_http_interceptor=args.keda_http_interceptor, keda_http_scaler=args.keda_http_scaler)
 
 
-def _validate_all(paths: list[str], settings: Settings) -> list[tuple[str, Result]]:
-    docs = list(load(paths))
-    policies: dict[str, AutoscalingPolicySpec] = {}
-    for doc in docs:
-        result = validate(doc.body, settings)
-        if isinstance(result.resource, AutoscalingPolicy) and result.ok:
-            policies[result.resource.metadata.name] = result.resource.spec
-    # Services are checked against the policies found in the same input, when there are any.
-    results = [(doc.where, validate(doc.body, settings, policies or None)) for doc in docs]
-    duplicates = duplicate_problems([(f"{doc.file} (document {doc.index + 1}{', ' + doc.item if doc.item else ''})", doc.body)
-                                     for doc in docs])
-    for i, problem in duplicates.items():
-        results[i][1].problems.append(problem)
-    resources = [r.resource for _, r in results]
-    for i, problem in shared_compile_caches(resources).items():
-        results[i][1].problems.append(problem)
-    # Resources that contradict each other in one input: a cache that holds another model or revision, one
-    # embeddingSpace label for two spaces (the reconcile judges the first against the cluster's ModelCache).
-    for i, problems in cache_contradictions(resources).items():
-        results[i][1].problems.extend(problems)
-    for i, problem in space_clashes(resources).items():
-        results[i][1].problems.append(problem)
-    for i, problem in host_clashes(resources).items():  # one front host, one service (api/front_hosts.py)
-        results[i][1].problems.append(problem)
-    return results
-
-
-def _report(file: str, result: Result, out: Any) -> None:
-    for p in result.problems:
-        print(f"{file}: {problem_line(result, p)}", file=out)
+def _share_note(where: str, result: Result, out: Any) -> None:
     share = share_status(result.resource, result.workload) if result.kind in SHARE_KINDS and result.workload else None
-    if share and result.ok:
+    if share:
         print(
-            f"{file}: {result.kind}/{result.name}: spec.resources.gpu.share: note: {share['memory']} for a minimum of "
+            f"{where}: {result.kind}/{result.name}: spec.resources.gpu.share: note: {share['memory']} for a minimum of "
             f"{share['basis']}; --gpu-memory-utilization {share.get('gpuMemoryUtilization')}, {share['gpus']} GPU",
-            file=sys.stderr,
+            file=out,
         )
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    results = _validate_all(args.paths, _settings(args))
-    for file, result in results:
-        _report(file, result, sys.stdout if result.errors else sys.stderr)
-    if not results:
+    checked = check(args.paths, _settings(args), strict_kinds=args.strict_kinds)
+    if not checked.results and not checked.skipped:
         print("no documents found", file=sys.stderr)
         return EXIT_INPUT
-    return EXIT_INVALID if any(not r.ok for _, r in results) else EXIT_OK
+    if args.output == "json":
+        report_json(checked, sys.stdout)
+    else:
+        report_text(checked, sys.stdout, sys.stderr, share_note=_share_note)
+    return EXIT_OK if checked.ok else EXIT_INVALID
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    results = _validate_all(args.paths, settings)
+    checked = check(args.paths, settings, strict_kinds=args.strict_kinds)
+    results = [(doc.where, result) for doc, result in checked.results]
     policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy) and r.ok}
     caches = {(r.resource.metadata.namespace or "default", r.resource.metadata.name): r.resource
               for _, r in results if isinstance(r.resource, ModelCache) and r.ok}
@@ -110,7 +82,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     lines: list[str] = []
     for file, result in results:
         if not result.ok:
-            _report(file, result, sys.stderr)
+            for problem in result.problems:
+                print(f"{file}: {problem_line(result, problem)}", file=sys.stderr)
             status = EXIT_INVALID
             continue
         resource = result.resource
@@ -145,6 +118,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             print("\n".join(lines))
     elif objects:
         sys.stdout.write(dump_all(objects))
+    if checked.skipped:
+        print(summary_line(checked), file=sys.stderr)
     return status
 
 
@@ -188,8 +163,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the operator: one such object in any namespace would stop it for everyone, at every restart. With the
     # limit raised it is read, then refused by validation (MAX_NESTING) with SpecValid=False.
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * API_SERVER_MAX_NESTING))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
+    level = logging.DEBUG if args.verbose else getattr(logging, args.log_level.upper())
+    handler = logging.StreamHandler()
+    if args.log_format == "json":  # one JSON object a line, for log pipelines (python-json-logger, kopf's own dependency)
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
+                                           rename_fields={"asctime": "time", "levelname": "level", "name": "logger"}))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    if level > logging.DEBUG:
         # kopf logs every handler call at INFO ("Handler ... succeeded"): thousands of lines a minute at scale,
         # saying nothing our own log lines (writes, refusals, retries) do not.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
@@ -207,8 +191,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     memo = kopf.Memo(ctx=ctx, runtime=runtime, webhook=None)
     if args.webhook_port:
         cert_dir = Path(args.webhook_cert_dir)
-        memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port,
+        memo.webhook = {"addr": args.webhook_bind, "port": args.webhook_port, "file_check_interval": 10.0,
                         "certfile": str(cert_dir / "tls.crt"), "pkeyfile": str(cert_dir / "tls.key")}  # fmt: skip
+        if args.webhook_secret:
+            from pooling_operator.runtime.webhook_certs import WebhookCertificate
+
+            runtime.webhook_cert = WebhookCertificate(
+                kube, args.lease_namespace, args.webhook_secret, list(args.webhook_cert_name or []), cert_dir,
+                configuration=args.webhook_configuration, manage=not args.webhook_cert_manager,
+            )
+    if args.readiness_port:
+        runtime.readiness = (args.bind, args.readiness_port)
     liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
     asyncio.run(
         kopf.operator(
@@ -248,14 +241,20 @@ def parser() -> argparse.ArgumentParser:
             help=f"the add-on's external scaler, named by a keda backend's external-push trigger (default {KEDA_HTTP_SCALER})",
         )
 
-    v = sub.add_parser("validate", help="validate resources offline; one line per problem")
+    v = sub.add_parser("validate", help="validate resources offline; one line per problem, then a summary")
     v.add_argument("paths", nargs="+", metavar="PATH", help="YAML files or folders (their *.yaml/*.yml, recursively)")
+    v.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="text lines (default), or one JSON document: every problem and notice, and the summary")
+    v.add_argument("--strict-kinds", action="store_true",
+                   help="refuse documents of other API groups (default: skip and count them, as a GitOps folder holds them)")
     settings_flags(v)
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("render", help="print the objects the operator would create")
     r.add_argument("paths", nargs="+", metavar="PATH")
     r.add_argument("--vllm-args", action="store_true", help="print each resource's vLLM command line instead")
+    r.add_argument("--strict-kinds", action="store_true",
+                   help="refuse documents of other API groups (default: skip and count them)")
     r.add_argument("--operator-image", default=OPERATOR_IMAGE, help=f"image of the hidden-state driver and the ModelCache fill (default {OPERATOR_IMAGE})")
     settings_flags(r)
     r.set_defaults(func=cmd_render)
@@ -283,9 +282,28 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--webhook-bind", default="0.0.0.0", help="address of the webhook server")
     o.add_argument(
         "--webhook-cert-dir", default="/etc/vllm-pooling-operator/webhook",
-        help="folder with the webhook's serving certificate tls.crt and key tls.key (re-read when they change)",
+        help="folder of the webhook's serving certificate tls.crt and key tls.key (re-read when they change); with "
+        "--webhook-secret the operator writes them there",
     )
-    o.add_argument("-v", "--verbose", action="store_true")
+    o.add_argument(
+        "--webhook-secret", metavar="NAME",
+        help="the Secret (in --lease-namespace) that keeps the webhook's serving certificate: filled by the first replica "
+        "up, renewed by the leader before it expires, loaded by every replica (the Helm chart renders it empty)",
+    )
+    o.add_argument(
+        "--webhook-cert-name", action="append", metavar="NAME",
+        help="a DNS name or IP address the serving certificate is for (repeatable; the webhook Service's names)",
+    )
+    o.add_argument("--webhook-configuration", metavar="NAME",
+                   help="the ValidatingWebhookConfiguration whose caBundle the leader keeps to the certificate's CA")
+    o.add_argument("--webhook-cert-manager", action="store_true",
+                   help="cert-manager writes --webhook-secret and injects the CA: only read it")
+    o.add_argument("--readiness-port", type=int, default=0,
+                   help="readiness endpoint /readyz port (0: off): ready once the webhook's certificate is loaded")
+    o.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="default info")
+    o.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text lines, or one JSON object a line (time, level, logger, message)")
+    o.add_argument("-v", "--verbose", action="store_true", help="the same as --log-level debug")
     settings_flags(o)
     o.set_defaults(func=cmd_run)
 

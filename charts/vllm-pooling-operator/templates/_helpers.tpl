@@ -1,5 +1,22 @@
 {{- define "vpo.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- if .Values.fullnameOverride -}}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The webhook's Service DNS names and, with webhook.url, its host: what the serving certificate is for. */ -}}
+{{- define "vpo.webhookNames" -}}
+{{- $svc := printf "%s.%s.svc" (include "vpo.fullname" .) .Release.Namespace -}}
+{{- $names := list $svc (printf "%s.cluster.local" $svc) -}}
+{{- with .Values.webhook.url }}{{ $names = append $names (urlParse .).hostname }}{{ end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{- define "vpo.replicas" -}}
+{{- /* replicas: the name before 0.3.0, still accepted */ -}}
+{{- if hasKey .Values "replicas" }}{{ .Values.replicas | int }}{{ else }}{{ .Values.replicaCount | int }}{{ end -}}
 {{- end -}}
 
 {{- define "vpo.serviceAccountName" -}}
@@ -20,7 +37,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "vpo.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ default (printf "v%s" .Chart.AppVersion) .Values.image.tag }}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -106,6 +127,7 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [get, list, watch]
+{{- include "vpo.webhookRules" . }}
 {{- end -}}
 
 {{- define "vpo.ownNamespaceRules" -}}
@@ -115,4 +137,21 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
+{{- if .Values.webhook.enabled }}
+# The webhook's serving certificate: filled and renewed by the operator (read only with cert-manager).
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: [{{ include "vpo.fullname" . }}-webhook-cert]
+  verbs: [get, patch]
+{{- end }}
+{{- end -}}
+
+{{- /* The operator's own webhook registration: its caBundle is the operator's to keep (without cert-manager). */ -}}
+{{- define "vpo.webhookRules" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [validatingwebhookconfigurations]
+  resourceNames: [{{ include "vpo.fullname" . }}]
+  verbs: [get, patch]
+{{- end }}
 {{- end -}}

@@ -4,12 +4,12 @@ examples and no more, its webhook (certificate and registration from the chart) 
 upgrade really changes a CRD, and uninstalling leaves users' resources and workloads alone.
 
 This machine has no kube-proxy, so the webhook is registered through the chart's ``webhook.url`` value at
-the operator's loopback address; the chart's generated certificate names 127.0.0.1 for that.
+the operator's loopback address; the certificate the operator makes names 127.0.0.1 for that (the chart passes
+the URL's host to it).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import subprocess
@@ -66,17 +66,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 
 def chart_operator(e: Env) -> OperatorProcess:
-    """The operator as the chart's pod would run it: the chart's ServiceAccount, its webhook certificate."""
-    secret = e.get("secret", f"{FULLNAME}-webhook-cert", "-n", NS)
-    assert secret is not None
-    certs = e.tmp / "webhook-cert"
-    certs.mkdir(exist_ok=True)
-    for key in ("tls.crt", "tls.key"):
-        (certs / key).write_bytes(base64.b64decode(secret["data"][key]))
-    return OperatorProcess(
-        e.cp, "chart-operator", kubeconfig=token_kubeconfig(e.cp, NS, FULLNAME, e.tmp / "chart-sa.kubeconfig", hours=2), standalone=False, lease_namespace=NS,
-        extra=["--webhook-port", str(e.webhook_port), "--webhook-bind", "127.0.0.1", "--webhook-cert-dir", str(certs)],
-    )  # fmt: skip
+    """The operator as the chart's pod runs it (its Deployment's arguments and environment) with the chart's
+    ServiceAccount: it fills the chart's empty webhook Secret, serves from it and sets the caBundle."""
+    deployment = e.get("deployment", FULLNAME, "-n", NS)
+    assert deployment is not None
+    op = OperatorProcess.from_chart(e.cp, deployment, "chart-operator", webhook_port=e.webhook_port,
+                                    kubeconfig=token_kubeconfig(e.cp, NS, FULLNAME, e.tmp / "chart-sa.kubeconfig", hours=2))
+    op.env["VPO_RESYNC_SECONDS"] = "3"
+    return op
 
 
 def examples() -> list[dict[str, Any]]:
@@ -98,7 +95,7 @@ def test_install_run_admit_upgrade_uninstall(env: Env) -> None:
     e.cp.kubectl("create", "namespace", NS)
     e.cp.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
     e.helm_run("install", RELEASE, str(CHART), "-n", NS, "--wait=false",
-               "--set", f"webhook.url=https://127.0.0.1:{e.webhook_port},replicas=2")  # fmt: skip
+               "--set", f"webhook.url=https://127.0.0.1:{e.webhook_port},replicaCount=2")  # fmt: skip
 
     def pods() -> list[Any]:
         listed = e.get("pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE}") or {"items": []}

@@ -75,7 +75,9 @@ KINDS: dict[str, Kind] = {
         # Kueue's, read only (api/kueue.py): the Workload of a queued job's Job and the LocalQueue it names
         Kind(KUEUE_API_VERSION, "Workload", "workloads", role="queue"),
         Kind(KUEUE_API_VERSION, "LocalQueue", "localqueues", role="queue"),
-        Kind("v1", "Secret", "secrets"),
+        Kind("v1", "Secret", "secrets"),  # a policy's Prometheus credentials; the webhook's certificate (its own, by name)
+        # the operator's own webhook registration: its caBundle is kept by the operator (runtime/webhook_certs.py)
+        Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", namespaced=False),
         Kind("v1", "Namespace", "namespaces", namespaced=False, role="namespace"),
         Kind("v1", "Event", "events"),
     )

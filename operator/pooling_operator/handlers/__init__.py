@@ -28,10 +28,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # We post our own events (child changes, condition flips).
     settings.posting.enabled = False
     settings.networking.request_timeout = 60
+    runtime: Runtime = memo.runtime
     if memo.get("webhook"):  # served only; the cluster registers it (the Helm chart)
+        if runtime.webhook_cert is not None:  # its files, from the Secret (filled by the first replica up)
+            await runtime.webhook_cert.first()
         settings.admission.server = kopf.WebhookServer(**memo.webhook)
         settings.admission.managed = None
-    runtime: Runtime = memo.runtime
     await runtime.start()
 
 

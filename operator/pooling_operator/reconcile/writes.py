@@ -9,11 +9,13 @@ import json
 import logging
 from typing import Any
 
+from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.kinds import OPTIONAL_KINDS, kind_of
 from pooling_operator.api.problems import Problem
 from pooling_operator.builders.diff import HASH_ANNOTATION, needs_apply
 from pooling_operator.builders.ownership import held_by
+from pooling_operator.builders.upgrade import steady
 from pooling_operator.k8s.api import (
     AUTOSCALER_FIELD_MANAGER,
     FIELD_MANAGER,
@@ -90,6 +92,9 @@ async def _converge(
     observed: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[tuple[str, str], dict[str, Any]]:
     uid = body["metadata"]["uid"]
+    image = ctx.operator_image or OPERATOR_IMAGE
+    # what runs the operator's image keeps the one it runs, unless its pods roll anyway (builders/upgrade.py)
+    desired = [steady(o, observed.get((o["kind"], o["metadata"]["name"])), image) for o in desired]
     current = dict(observed)
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
     todo = [o for o in desired if _differs(memory, uid, o, observed.get((o["kind"], o["metadata"]["name"])))

@@ -30,12 +30,14 @@ from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, raw_front_hosts, workload_job
 from pooling_operator.reconcile import Context, Gone, InvalidSpec, Reconciles
 from pooling_operator.reconcile.context import EVENTS_SHUTDOWN_SECONDS
+from pooling_operator.runtime import readiness
 from pooling_operator.runtime.breaker import Breaker
 from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
 from pooling_operator.runtime.series import Series
 from pooling_operator.runtime.shards import Sharding
 from pooling_operator.runtime.watches import Watches
+from pooling_operator.runtime.webhook_certs import WebhookCertificate
 from pooling_operator.status.conditions import settled
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,9 @@ class Runtime:
         # the informers that fill the cache's stores (runtime/watches.py); None: the caller feeds the cache
         self.watches = Watches(self, list(namespaces or []), self.sharding) if watch else None
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
+        self.webhook_cert: WebhookCertificate | None = None  # the webhook's serving certificate, kept from its Secret
+        self.readiness: tuple[str, int] | None = None  # (bind, port) of /readyz; None: not served
+        self._ready_server: Any = None
         self.series = Series()  # each watched resource's status as Prometheus series (alert rules, dashboards)
 
     @property
@@ -106,8 +111,20 @@ class Runtime:
             self._tasks.append(loop.create_task(self.leadership.run(self._acquired, self._background), name="lease"))
         else:
             LEADER.set(1)
+        if self.webhook_cert is not None:
+            self._tasks.append(loop.create_task(self.webhook_cert.run(lambda: self.leading), name="webhook-certificate"))
+        if self.readiness is not None:
+            self._ready_server = await readiness.serve(*self.readiness, self.why_not_ready)
+
+    def why_not_ready(self) -> str | None:
+        """What keeps this replica out of its Service (runtime/readiness.py), or None."""
+        if self.webhook_cert is not None and not self.webhook_cert.loaded:
+            return f"no serving certificate for the webhook yet (Secret {self.webhook_cert.namespace}/{self.webhook_cert.secret})"
+        return None
 
     async def stop(self) -> None:
+        if self._ready_server is not None:
+            await self._ready_server.cleanup()
         if self.watches is not None:
             await self.watches.stop()
         for task in [*self._tasks, *self._passes]:
@@ -127,6 +144,8 @@ class Runtime:
         task.add_done_callback(self._passes.discard)
 
     async def _acquired(self) -> None:
+        if self.webhook_cert is not None:
+            self.webhook_cert.nudge()  # the caBundle and renewals are the leader's: now, not at the next period
         if self.synced:
             await self._pass("leader")
 
