@@ -246,15 +246,16 @@ def test_degraded_after_the_startup_budget_even_when_the_rollout_finished() -> N
     assert by_type(fine)["Degraded"][0] == "False"
 
 
-def test_the_readme_lists_every_condition_reason() -> None:
-    """README's operator section names every reason status/conditions.py defines (one place, documented)."""
+def test_the_operating_docs_list_every_condition_reason() -> None:
+    """docs/operating.md's Conditions section names every reason status/conditions.py defines (one place, documented)."""
     from pathlib import Path
 
     from pooling_operator.status import conditions as C
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "operating.md").read_text()
+    section = doc.split("\n## Conditions\n", 1)[1].split("\n## ", 1)[0]
     reasons = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("TYPES_ORDER",)}
-    missing = sorted(r for r in reasons if f"`{r}`" not in readme)
+    missing = sorted(r for r in reasons if f"`{r}`" not in section)
     assert not missing, missing
 
 

@@ -4,7 +4,7 @@
 renders for examples/ (the Deployment's or Job's ``spec.template``; the operator re-applies it on upgrade and
 any difference starts a rollout). For this release the record must equal what the code renders now. A
 change of any template needs a new release (``pooling_operator.__version__``) with its own record
-(``UPDATE_TEMPLATES=1``) and a README upgrade note ``- v<version>: ...`` that says which pods roll and why.
+(``UPDATE_TEMPLATES=1``) and an upgrade note ``- v<version>: ...`` in CHANGELOG.md that says which pods roll and why.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def unannounced_rolls(record: dict[str, dict[str, str]], notes: str) -> dict[str
     return out
 
 
-def test_a_release_that_rolls_pods_says_so_in_the_upgrade_notes() -> None:
-    notes = ROOT.joinpath("README.md").read_text().split("### Upgrade notes", 1)[1].split("\n## ", 1)[0]
+def test_a_release_that_rolls_pods_says_so_in_the_changelog() -> None:
+    notes = ROOT.joinpath("CHANGELOG.md").read_text()
     assert unannounced_rolls(json.loads(RECORD.read_text()), notes) == {}
 
 
