@@ -42,6 +42,9 @@ def _needs_cluster(item: pytest.Item) -> bool:
 # Timing-sensitive real tests run last in their tier: make test runs the tier beside the others (e2e/tiers.py),
 # which have most likely finished by then.
 LAST_IN_TIER = ("test_closed_loop_real.py",)
+# Modules of the real tier moved to run right after another: they use the same pool server (pool.py), which then
+# serves both without a second start and without being held through the modules between them.
+REAL_TIER_AFTER = {"test_pooling_job_real.py": "test_examples.py"}
 
 
 def is_real(item: pytest.Item) -> bool:
@@ -58,6 +61,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.e2e)
     real = [i for i in items if is_real(i)]
     real = [i for i in real if i.path.name not in LAST_IN_TIER] + [i for i in real if i.path.name in LAST_IN_TIER]
+    for moved, after in REAL_TIER_AFTER.items():
+        block = [i for i in real if i.path.name == moved]
+        rest = [i for i in real if i.path.name != moved]
+        anchor = max((n for n, i in enumerate(rest) if i.path.name == after), default=None)
+        if block and anchor is not None:
+            real = rest[: anchor + 1] + block + rest[anchor + 1 :]
     # third-party controllers next to last: make test builds them in the background while the tiers run
     third = [i for i in items if i.get_closest_marker("controllers") and not i.get_closest_marker("real_vllm")]
     if real or third:  # real vLLM loads both cores for minutes; the other tiers' timings should not feel it

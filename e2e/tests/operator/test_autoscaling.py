@@ -369,7 +369,7 @@ def test_policy_namespace_selector_and_min_replicas_zero(
 
     zero = autoscaled(namespace, "zero", elsewhere, minReplicas=0)
     out = apply(cluster, zero, check=False)
-    assert out.returncode != 0 and "minReplicas 0 needs a demand signal" in (out.stderr + out.stdout)
+    assert out.returncode != 0 and "minReplicas 0 needs a wake signal" in (out.stderr + out.stdout)
 
 
 def test_an_idle_autoscaled_service_is_quiet(

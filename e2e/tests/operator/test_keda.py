@@ -52,8 +52,11 @@ pytestmark = pytest.mark.controllers
 # cores at low priority beside the tiers (the figure is printed at the end of make test)
 READY_AFTER_SECONDS = 8.0  # autoscaled(): the kwok stage holds a new pod back this long, as model loading does
 LOW_RPS, STEP_RPS = 40.0, 300.0
-STEP_SECONDS = 60.0  # how long the step is held: long enough for two HPA syncs after the new pods are ready
+STEP_SECONDS = 40.0  # how long the step is held: long enough for two HPA syncs after the new pods are ready
 MAX_REPLICAS = 12
+# down in steps of five: the way back to one (the scale-down window, then one step per 15 s period) takes two
+# periods instead of nine, for real KEDA, the operator and the simulation alike
+SCALE_DOWN = {"stabilizationSeconds": 10, "maxStep": 5}
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +170,7 @@ def test_real_keda_scales_up_on_a_load_step_and_back_down_as_the_keda_baseline_s
 ) -> None:
     name = policy()
     # a ceiling above what the step needs (two replicas' worth), so that the peak is KEDA's own answer
-    doc = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
+    doc = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS, scaleDown=SCALE_DOWN)
     hpa_path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/keda-hpa-emb"
 
     def before() -> None:
@@ -207,9 +210,9 @@ def test_the_operator_backend_takes_the_same_step_with_the_replicas_it_needs(
     """The same service and step with ``backend: operator``: it learns a replica's capacity while requests wait,
     so it asks for what the step needs, where KEDA (above) follows the backlog to several times that."""
     name = policy()
-    doc = autoscaled(namespace, "emb", name, maxReplicas=MAX_REPLICAS)
+    doc = autoscaled(namespace, "emb", name, maxReplicas=MAX_REPLICAS, scaleDown=SCALE_DOWN)
     ours = load_step(cluster, prometheus, namespace, doc, tmp_path / "load.json")
-    as_keda = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS)
+    as_keda = autoscaled(namespace, "emb", name, backend="keda", maxReplicas=MAX_REPLICAS, scaleDown=SCALE_DOWN)
     # KEDA's peaks at the lower bound of the start-up this run had: the smaller, so the stricter comparison
     keda_peaks = [simulated(as_keda, {"prometheus": {"url": prometheus.url, "timeout": "2s"}}, 60.0, STEP_SECONDS, seed,
                             ours.startup[0])[1] for seed in range(5)]

@@ -2,8 +2,10 @@
 with vLLM's own extract_hidden_states method and ExampleHiddenStatesConnector (the harness's connector shim on
 its PYTHONPATH, nothing else changed), our driver as the main container, SmolLM2 in float32.
 
-Two shards, one at a time. Mid-shard, vLLM of shard 0 is SIGKILLed (the sidecar restarts in its pod) and the
-driver of shard 1 is SIGKILLed (the pod fails; the Job retries the index). Then every manifest line's file
+One shard and both faults in it, three vLLM starts in all (how a job splits into shards, the stand-in tiers hold
+exactly: tests/test_hidden_states_driver.py runs 2,000 samples over four shards). Mid-shard, vLLM is SIGKILLed
+(the sidecar restarts in its pod), then, once samples land again, the driver is SIGKILLed (the pod fails; the Job
+retries the index in a new pod, which resumes from the manifest). Then every manifest line's file
 exists with the right shape and dtype, token ids equal vLLM's /tokenize, layer ids below the last match
 transformers' output_hidden_states (cosine >= 0.9999) and the last id matches the input of the final norm
 (computed by e2e/realvllm/oracles.py, which never imports vllm), no sample is lost or duplicated, and the
@@ -17,6 +19,7 @@ import random
 import signal
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,8 @@ from e2e.tests.operator.real_vllm.pool import slot
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1800)]
 
 LAYERS = [3, 29, 30]  # SmolLM2-135M has 30 decoder layers: 30 is the last (pre-norm), 3 and 29 below it
-PROMPTS = 160  # 80 per shard: long enough to be killed in the middle of
+PROMPTS = 96  # long enough to be killed in the middle of twice: samples land in tens a second once vLLM is up
+KILL_AFTER = 8
 WORDS = ("the quick brown fox jumps over a lazy dog while seven tired engineers count every hidden state of "
          "their small model under a grey winter sky near the river").split()  # fmt: skip
 
@@ -54,7 +58,7 @@ def job(namespace: str) -> dict[str, Any]:
             "layers": LAYERS,
             "dataset": {"volume": {"claimName": "data", "path": f"/{namespace}/prompts.jsonl"}},
             "output": {"volume": {"claimName": "data", "path": f"/{namespace}/out"}},
-            "shards": 2,
+            "shards": 1,
             "parallelism": 1,
             "engine": eager({"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 512}),
             "resources": MACHINE_OVERRIDES["resources"],
@@ -113,23 +117,26 @@ def test_hidden_state_job_through_vllms_own_connector(
     out = data / "out"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(job(namespace)))
 
-    # shard 0: once samples are landing, read /tokenize for every prompt, then kill vLLM mid-shard
-    rec0 = wait_for(lambda: shard_pod(cluster, pod_runner, namespace, 0, set()), timeout=120, what="shard 0's vLLM started")
-    wait_for(lambda: len(manifest(out, 0)) >= 10, timeout=900, what="shard 0 writing samples (vLLM start-up)")
+    # once samples are landing, read /tokenize for every prompt, then kill vLLM mid-shard
+    rec0 = wait_for(lambda: shard_pod(cluster, pod_runner, namespace, 0, set()), timeout=120, what="the shard's vLLM started")
+    wait_for(lambda: len(manifest(out, 0)) >= KILL_AFTER, timeout=900, what="the shard writing samples (vLLM start-up)",
+             interval=0.05, max_interval=0.05)  # fmt: skip
     url = f"http://127.0.0.1:{rec0['ports']['http']['local']}"
-    expected = {s["id"]: tokenize(url, "smollm2-states", s["prompt"]) for s in samples}
+    with ThreadPoolExecutor(8) as pool:  # quickly: the shard goes on meanwhile, and must be killed in its middle
+        expected = dict(zip((s["id"] for s in samples), pool.map(lambda s: tokenize(url, "smollm2-states", s["prompt"]), samples), strict=True))
     landed = len(manifest(out, 0))
-    assert landed < PROMPTS // 2, "shard 0 finished before vLLM could be killed in its middle"
+    assert landed < PROMPTS - KILL_AFTER, "the shard got too far before vLLM could be killed in its middle"
     kill_group(rec0["containers"]["vllm"]["pid"])
-    print(f"hidden states: killed vLLM of shard 0 after {landed} samples, {time.monotonic() - began:.0f} s in")
+    print(f"hidden states: killed vLLM after {landed} samples, {time.monotonic() - began:.0f} s in")
 
-    # shard 1: kill the driver mid-shard; the Job retries the index in a new pod
-    rec1 = wait_for(lambda: shard_pod(cluster, pod_runner, namespace, 1, set()), timeout=900, what="shard 1's vLLM started")
-    wait_for(lambda: len(manifest(out, 1)) >= 10, timeout=900, what="shard 1 writing samples")
-    landed1 = len(manifest(out, 1))
-    assert landed1 < PROMPTS // 2, "shard 1 finished before its driver could be killed in its middle"
-    kill_group(pod_runner.pod(namespace, rec1["name"])["containers"]["driver"]["pid"])
-    print(f"hidden states: killed the driver of shard 1 after {landed1} samples, {time.monotonic() - began:.0f} s in")
+    # vLLM restarts in the pod and the driver goes on; once samples land again, kill the driver: the pod fails and
+    # the Job retries the index in a new pod
+    wait_for(lambda: len(manifest(out, 0)) >= landed + KILL_AFTER, timeout=900, what="samples landing again (vLLM restarted)",
+             interval=0.05, max_interval=0.05)  # fmt: skip
+    landed1 = len(manifest(out, 0))
+    assert landed1 < PROMPTS, "the shard finished before its driver could be killed in its middle"
+    kill_group(pod_runner.pod(namespace, rec0["name"])["containers"]["driver"]["pid"])
+    print(f"hidden states: killed the driver after {landed1} samples, {time.monotonic() - began:.0f} s in")
 
     def succeeded() -> dict[str, Any] | None:
         res = cluster.kubectl("get", "hiddenstatejob", "smollm2-states", "-n", namespace, "-o", "json")
@@ -143,26 +150,24 @@ def test_hidden_state_job_through_vllms_own_connector(
     obj = wait_for(succeeded, timeout=1200, what="the HiddenStateJob Succeeded")
     print(f"hidden states: Succeeded {time.monotonic() - began:.0f} s after apply")
 
-    # vLLM of shard 0 was restarted in its pod; shard 1 ran in a second pod
+    # vLLM was restarted in the first pod, which then failed with its driver; a second pod finished the shard
     pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
-    by_index: dict[str, list[dict[str, Any]]] = {}
-    for p in pods:
-        by_index.setdefault(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"], []).append(p)
-    [p0] = by_index["0"]
-    assert p0["status"]["initContainerStatuses"][0]["restartCount"] >= 1
-    assert len(by_index["1"]) == 2 and sorted(p["status"]["phase"] for p in by_index["1"]) == ["Failed", "Succeeded"]
+    assert {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods} == {"0"}
+    [p0] = [p for p in pods if p["metadata"]["name"] == rec0["name"]]
+    assert p0["status"]["phase"] == "Failed" and p0["status"]["initContainerStatuses"][0]["restartCount"] >= 1
+    assert sorted(p["status"]["phase"] for p in pods) == ["Failed", "Succeeded"]
 
     # the shim was active in vLLM's processes, and only there
     logs = {c: Path(r["log"]).read_text(errors="replace") for c, r in pod_runner.pod(namespace, p0["metadata"]["name"])["containers"].items()}
     assert "[vpo-connector-shim]" in logs["vllm"] and "[vpo-connector-shim]" not in logs["driver"]
 
     # no sample lost, none duplicated, every file where its line says
-    lines = manifest(out, 0) + manifest(out, 1)
+    lines = manifest(out, 0)
     ids = [e["id"] for e in lines]
     assert len(ids) == len(set(ids)) == PROMPTS, (len(ids), len(set(ids)))
     assert set(ids) == set(expected)
     files = []
-    for shard in (0, 1):
+    for shard in (0,):
         for e in manifest(out, shard):
             f = out / f"shard-{shard}" / e["file"]
             assert f.stat().st_size == e["bytes"], e
@@ -174,7 +179,7 @@ def test_hidden_state_job_through_vllms_own_connector(
     leftovers = [p for p in out.rglob("*.safetensors") if p not in {f for _, f in files}]
     assert not leftovers, leftovers[:5]
     # provenance: each shard's run record says what made its files; the estimate is what they hold
-    for shard in (0, 1):
+    for shard in (0,):
         record = json.loads((out / f"shard-{shard}" / "run.json").read_text())
         assert record["state"] == "succeeded" and record["vllm"]["version"].startswith("0.32"), record
         assert record["vllm"]["command"][:2] == ["vllm", "serve"] and "--kv-transfer-config" in record["vllm"]["command"]

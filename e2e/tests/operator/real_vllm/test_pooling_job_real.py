@@ -1,13 +1,14 @@
 """A PoolingJob run for real: examples/minilm-batch-embeddings.yaml (an OpenAI Batch input file in, the OpenAI Batch
 output file and the safetensors parts out) on the pod runner, its preflight and driver
 from this repository, vLLM 0.32 with all-MiniLM-L6-v2 as the native sidecar; beside it the PoolingService of
-examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (the session's server pool
-starts it beside the job). Both run with ``--enforce-eager`` and half a CPU (runner_process.EAGER_ARGS and
+examples/minilm-embeddings.yaml, the same model and pooling, in its own vLLM process (test_examples' server of that
+example, which the session's server pool keeps for this module). Both run with ``--enforce-eager`` and half a CPU (runner_process.EAGER_ARGS and
 SMALL_SERVER_RESOURCES, machine overrides: outside the embedding space's fingerprint, and a start in ~45 s
 instead of ~90 s for each of the job's three vLLM starts).
 
-Two shards, one at a time. Mid-shard the driver of shard 0 is SIGKILLed: the pod fails and the Job retries the
-index in a new pod, which resumes from the manifest. Then every request is in exactly one manifest line, each line's
+One shard (how a job splits into shards, the stand-in tiers and the operator tier hold: tests/test_pooling_driver*.py
+and e2e/tests/operator/test_pooling_job.py), so two vLLM starts. Mid-shard the driver is SIGKILLed: the pod fails
+and the Job retries the index in a new pod, which resumes from the manifest. Then every request is in exactly one manifest line, each line's
 row holds a vector equal to sentence-transformers' for its text (cosine >= 0.9999; e2e/realvllm/oracles.py, which
 never imports vllm) and to what the PoolingService answers, the three bad lines of the file are in failed.jsonl,
 every shard's run.json carries the embedding space's fingerprint that the PoolingService publishes, and the
@@ -45,7 +46,7 @@ from e2e.tests.operator.real_vllm.pool import slot
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1500)]
 
-TEXTS = 600  # 300 per shard: long enough to be killed in the middle of (the kill comes after 24)
+TEXTS = 600  # long enough to be killed in the middle of (the kill comes after 24)
 WORDS = ("vectors index every passage of a corpus once so that queries later find the nearest few among "
          "millions while seven platform engineers watch the shards finish one after another").split()  # fmt: skip
 EXAMPLES = REPO_ROOT / "examples"
@@ -57,15 +58,10 @@ def example(name: str) -> dict[str, Any]:
 
 
 def service() -> dict[str, Any]:
-    """The example's PoolingService on this machine, eager and on half a CPU: a server of its own, not
-    test_examples' (sharing that one would keep its whole CPU taken through every test between the two, where
-    a HiddenStateJob's pod needs it)."""
-    doc = on_this_machine(example("minilm-embeddings.yaml"))
-    # a name of its own: test_examples' server of this example is "minilm" in the same pool namespace, and a
-    # pod of that one may still be draining (the runner's pods of a service are found by name prefix)
-    doc["metadata"]["name"] = "corpus-service"
-    doc["spec"]["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
-    return doc
+    """The example's PoolingService on this machine: test_examples' server of it, the same pool entry (the real tier
+    runs this module right after test_examples, e2e/conftest.py REAL_TIER_AFTER, so the pool keeps that one server
+    for both instead of starting a second MiniLM)."""
+    return on_this_machine(example("minilm-embeddings.yaml"))
 
 
 SERVICE = service()
@@ -94,14 +90,14 @@ def corpus() -> tuple[list[dict[str, Any]], list[str]]:
 
 def job(namespace: str) -> dict[str, Any]:
     """The example, changed only where this machine and the test force it: the 0.32 image, eager, half a CPU (it
-    runs beside the service), two shards one at a time in small batches, and the claims of the runner."""
+    runs beside the service), one shard in small batches, and the claims of the runner."""
     doc = placed(copy.deepcopy(example("minilm-batch-embeddings.yaml")))
     doc["metadata"]["namespace"] = namespace
     spec = doc["spec"]
     spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
     eager(spec["engine"])
     spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
-    spec.update(shards=2, parallelism=1, batchSize=8)
+    spec.update(shards=1, parallelism=1, batchSize=8)
     spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/requests.jsonl"}, "format": "openaiBatch"}
     spec["output"] = {"volume": {"claimName": "data", "path": f"/{namespace}/out"}, "formats": ["openaiBatch", "safetensors"]}
     return doc
@@ -153,14 +149,14 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
         oracle, vllm_runtime, "embed", str(vllm_runtime.model_dir(runtime.MINILM)), {"sentences": texts}
     )  # fmt: skip
 
-    # shard 0: once a few batches have landed, SIGKILL the driver; the Job retries the index in a new pod
-    wait_for(lambda: len(manifest(out, 0)) >= 24, timeout=900, what="shard 0 writing vectors (vLLM start-up)")
+    # once a few batches have landed, SIGKILL the driver; the Job retries the index in a new pod
+    wait_for(lambda: len(manifest(out, 0)) >= 24, timeout=900, what="the shard writing vectors (vLLM start-up)")
     rec = running_driver(cluster, pod_runner, namespace, 0)
     assert rec is not None
     landed = len(manifest(out, 0))
-    assert landed < TEXTS // 2, "shard 0 finished before its driver could be killed in its middle"
+    assert landed < TEXTS, "the shard finished before its driver could be killed in its middle"
     os.killpg(rec["containers"]["driver"]["pid"], signal.SIGKILL)
-    print(f"pooling job: killed the driver of shard 0 after {landed} inputs, {time.monotonic() - began:.0f} s in")
+    print(f"pooling job: killed the driver after {landed} inputs, {time.monotonic() - began:.0f} s in")
 
     def succeeded() -> dict[str, Any] | None:
         obj = json.loads(cluster.kubectl("get", "poolingjob", "minilm-batch", "-n", namespace, "-o", "json").stdout)
@@ -179,7 +175,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     # nothing lost, nothing duplicated: every input in exactly one line, each line's row in its part file
     vectors: dict[str, Any] = {}
     parts: dict[Path, dict[str, Any]] = {}
-    for shard in (0, 1):
+    for shard in (0,):
         for e in manifest(out, shard):
             path = out / f"shard-{shard}" / e["file"]
             if path not in parts:
@@ -192,7 +188,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     assert {t["vectors"].shape[1] for t in parts.values()} == {384}
     leftovers = [p for p in out.rglob("*.safetensors") if p not in parts]
     assert not leftovers, leftovers[:5]
-    failed = [json.loads(x) for s in (0, 1) for x in (out / f"shard-{s}" / "failed.jsonl").read_text().splitlines()]
+    failed = [json.loads(x) for s in (0,) for x in (out / f"shard-{s}" / "failed.jsonl").read_text().splitlines()]
     assert sorted(f["line"] for f in failed) == sorted(BAD_LINES), failed  # the bad lines, numbered from 1
 
     status = obj["status"]
@@ -216,7 +212,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     assert worst_service >= 0.9999, worst_service
 
     # provenance: each shard's run record names the space the PoolingService serves
-    for shard in (0, 1):
+    for shard in (0,):
         record = json.loads((out / f"shard-{shard}" / "run.json").read_text())
         assert record["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": fingerprint}, record
         assert record["vllm"]["version"].startswith("0.32") and record["vllm"]["command"][:2] == ["vllm", "serve"]
