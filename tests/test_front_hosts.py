@@ -188,3 +188,17 @@ def test_of_two_routes_naming_a_host_the_younger_is_deleted() -> None:
     assert applied_route(kube) is None
     assert [(o["kind"], o["metadata"]["name"]) for o in kube.deleted] == [("InterceptorRoute", "bge-copy")]
     assert cond(status, C.READY)["reason"] == C.FRONT_HOST_CLAIMED
+
+
+def test_a_service_whose_hosts_are_its_own_or_that_has_no_front_posts_no_warning() -> None:
+    """(A restarted operator once posted 'InterceptorRoute ... not written: None' for every service.)"""
+    for body in (pooling(name="plain", namespace="search"), copy.deepcopy(OLDER)):
+        _, kube = reconcile(body, "2026-01-01T00:00:00Z")
+        assert not [e for e in kube.events if e[1] == C.FRONT_HOST_CLAIMED], kube.events
+
+
+def test_a_route_of_its_own_name_held_by_someone_else_is_a_taken_name_not_a_host_claim() -> None:
+    """The route this service would write, already there without a controller: ChildNameTaken (writes.py) says so."""
+    body = fronted("bge", HOST)
+    status, _kube = reconcile(body, "2026-03-01T00:00:00Z", routes=[route("bge", "search", HOST)])
+    assert cond(status, C.READY)["reason"] != C.FRONT_HOST_CLAIMED

@@ -435,7 +435,9 @@ def test_an_idle_service_goes_to_zero_stays_there_and_the_fronts_demand_wakes_it
             obj = wait_for(lambda: at_zero("Idle"), timeout=20, what="ScaledToZero=True Idle")
             a = obj["status"]["autoscaling"]
             assert a["scaledToZero"]["since"] and "idle for" in a["reason"], a
-            assert cond(obj, "Ready")["reason"] == "ScaledToZero"
+            # Ready is the reconcile's, from the Deployment at 0 (the autoscaler wrote ScaledToZero): a moment later
+            wait_for(lambda: cond(status(cluster, namespace, "zero"), "Ready").get("reason") == "ScaledToZero", timeout=20,
+                     what="Ready False, ScaledToZero")  # fmt: skip
             # a decision taken at zero with no demand: it stays (the wake query reads 0)
             stayed = wait_for(lambda: (o := status(cluster, namespace, "zero")) and "no demand" in
                               (o["status"]["autoscaling"].get("reason") or "") and o, timeout=20, what="a decision at zero")  # fmt: skip

@@ -40,7 +40,7 @@ def _claim(ctx: Context, body: dict[str, Any]) -> HostClaim:
                      str(meta.get("creationTimestamp") or ""), str(((route or {}).get("metadata") or {}).get("creationTimestamp") or ""))
 
 
-async def _routes_elsewhere(ctx: Context, known: set[str]) -> list[HostClaim]:
+async def _routes_elsewhere(ctx: Context, known: set[str], mine: tuple[str, str]) -> list[HostClaim]:
     """Every InterceptorRoute of the cluster not controlled by `known` (this service and the claimants the cache
     has), as a claim: named after the service that controls it where one does, else after the route itself. [] where the add-on's CRD is not
     installed, or where this operator may not list routes cluster-wide (it then sees the services it watches)."""
@@ -57,6 +57,8 @@ async def _routes_elsewhere(ctx: Context, known: set[str]) -> list[HostClaim]:
         ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
         if ref is not None and str(ref.get("uid")) in known:
             continue
+        if (str(meta.get("namespace")), str(meta.get("name"))) == mine:
+            continue  # the name this service's route takes, held by someone else: ChildNameTaken says so (writes.py)
         who = f"{ref['kind']} {meta.get('namespace')}/{ref['name']}" if ref is not None else f"{ROUTE} {meta.get('namespace')}/{meta.get('name')}"
         created = str(meta.get("creationTimestamp") or "")
         hosts = route_hosts(route)
@@ -73,5 +75,6 @@ async def hosts_held_elsewhere(ctx: Context, body: dict[str, Any], resource: Res
     peers = [b for b in ctx.cache.claiming_hosts(mine.hosts) if str(b["metadata"].get("uid") or "") != uid]
     others = [_claim(ctx, b) for b in peers]
     if mine.hosts - mine.held:  # a host not routed here yet: does anything else in the cluster route it?
-        others += await _routes_elsewhere(ctx, {uid, *(str(b["metadata"].get("uid") or "") for b in peers)})
+        known = {uid, *(str(b["metadata"].get("uid") or "") for b in peers)}
+        others += await _routes_elsewhere(ctx, known, (str(body["metadata"].get("namespace") or ""), str(body["metadata"]["name"])))
     return withheld(mine, others)

@@ -137,11 +137,11 @@ class Services:
             elif autoscaling.backend != "operator":
                 await ctx.tracker.clear_status(body)  # still counted towards its namespace's GPU budget
         held = desired.why_left_out
-        if held is None and autoscaling is not None and autoscaling.front is not None:  # held again later: announced again
-            memory.warned -= {w for w in memory.warned if w[0] == meta["uid"] and w[1].startswith(C.FRONT_HOST_CLAIMED)}
-        elif (meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}") not in memory.warned:  # once per message, not per reconcile
-            memory.warned.add((meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}"))
+        if held is not None and (meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}") not in memory.warned:
+            memory.warned.add((meta["uid"], f"{C.FRONT_HOST_CLAIMED} {held}"))  # once per message, not per reconcile
             ctx.event(body, "Warning", C.FRONT_HOST_CLAIMED, f"InterceptorRoute {meta['name']} not written: {held}.")
+        elif held is None and autoscaling is not None and autoscaling.front is not None:  # held again later: said again
+            memory.warned -= {w for w in memory.warned if w[0] == meta["uid"] and w[1].startswith(C.FRONT_HOST_CLAIMED)}
         if status.get("unprotectedRoutes") and status["unprotectedRoutes"] != old_status.get("unprotectedRoutes"):
             ctx.event(
                 body, "Warning", "RoutesNotProtected",
