@@ -68,6 +68,7 @@ class FakePooling:
     status: int | None = None  # every request answers this (with ``param``)
     param: str | None = None
     down_polls: int = 2  # /health answers 503 this many times after a 503 answer
+    skew: float = 0.0  # added to every value of a JSON answer (the canaries): another engine's space
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     _down: int = 0
@@ -113,6 +114,14 @@ class FakePooling:
                 request.transport.close()
                 return web.Response()
             inputs = body["input"]
+            if body.get("encoding_format") != "bytes":  # a JSON request (the canaries of spec.spaceCheck)
+                key = "embedding" if request.path == "/v1/embeddings" else "data"
+                data = []
+                for i, x in enumerate(inputs):
+                    rows = [[v + self.skew * ((j % 3) - 1) for j, v in enumerate(row)] for row in fake_rows(x, self.token_task, self.dim)]
+                    data.append({"index": i, "object": "embedding", key: rows if self.token_task else rows[0]})
+                self.events.append("answer 200")
+                return web.json_response({"id": "embd-fake", "object": "list", "model": body["model"], "data": data})
             too_long = [x for x in inputs if isinstance(x, str) and x in self.refuse]
             if too_long:
                 return error(400, f"This model's maximum context length is 16 tokens ({too_long[0][:20]})", "input_tokens")

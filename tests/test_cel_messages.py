@@ -43,6 +43,7 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.POOLING_BIENCODER_ONLY: scoring({"pooling": {"type": "CLS"}}),
     M.BIENCODER_SEQUENCE_POOLING: scoring({"mode": "biEncoder", "pooling": {"type": "ALL"}}),
     M.PARALLELISM_LE_SHARDS: hidden_states({"shards": 2, "parallelism": 3}),
+    M.SPACE_CHECK_NEEDS_SPACE: pooling({"spaceCheck": {}}),
     M.BUDGET_NEEDS_HIDDEN_SIZE: hidden_states({"model": {"hints": {"hiddenSize": None}}, "output": {"storageBudget": "1Ti"}}),
     M.LAYERS_ASCENDING: hidden_states({"layers": [18, 3]}),
     M.ALLOWED_BACKENDS_NONEMPTY: policy({"allowedBackends": []}),

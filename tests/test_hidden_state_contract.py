@@ -124,7 +124,7 @@ def test_each_state_a_shard_reports_gives_the_failed_job_its_reason(tmp_path: Pa
     asyncio.run(write_shard(tmp_path / "out", 1, 4, 0, hs.SUCCEEDED, data))
     status = job_status(resource(), failed_job(), {"data": data})
     expected = {hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED, hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE,
-                hs.OUTPUT_FULL: C.OUTPUT_VOLUME_FULL}
+                hs.OUTPUT_FULL: C.OUTPUT_VOLUME_FULL, hs.SPACE_DRIFT: C.SPACE_DRIFT_FAILED}
     assert by_type(status)["Failed"] == ("True", expected.get(state, C.SHARD_FAILED))
     assert status["samples"] == {"done": 6, "failed": 1}
 

@@ -18,7 +18,8 @@ this node a pod is Ready only when the real process answers its readiness probe.
   (root), binds the ServiceAccount volume at ``/var/run/secrets/...`` in a private mount namespace, so an
   in-cluster client (the hidden-state driver) finds its token, CA and namespace where it looks;
 - writes the Pod's status as a kubelet would: Pending while initializing, Running, ``started`` after the
-  startup probe, Ready from the readiness probes of the main containers and sidecars, restarts (with back-off,
+  startup probe, Ready from the readiness probes of the main containers and sidecars and the conditions of the
+  pod's readinessGates (set by another controller: the operator's space gate), restarts (with back-off,
   counted), Succeeded/Failed, and the final delete once a deleted pod's processes have stopped;
 - records each pod's plan (each container's argv, what was rewritten, the local ports, the log file) in
   ``<state dir>/pods/<namespace>_<name>.json`` for tests and the demo: there is no kubelet API here, so
@@ -287,6 +288,8 @@ class Runner:
             elif w is None:
                 self._final_delete(pod["metadata"]["namespace"], pod["metadata"]["name"], uid)
             return
+        if w is not None:  # the conditions other controllers set (a readiness gate's): Ready follows them
+            w.watched_conditions = list((pod.get("status") or {}).get("conditions") or [])
         if w is None and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             w = PodWorker(self, pod)
             self.workers[uid] = w

@@ -220,6 +220,7 @@ class PodWorker:
         self.plan: podspec.PodPlan | None = None
         self.containers: list[ContainerRun] = []
         self.initialized = False
+        self.watched_conditions: list[dict[str, Any]] = list((pod.get("status") or {}).get("conditions") or [])
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.name}", daemon=True)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -331,12 +332,17 @@ class PodWorker:
             main_cs = [c.status() for c in self.containers if c.kind == "main"]
             phase, initialized = step.phase, step.initialized
             ready = phase == "Running" and all(c.ready for c in self.containers if c.kind != "init")
+        # As a kubelet does with spec.readinessGates: Ready also needs each gate's condition True (another
+        # controller sets it: the operator's space gate); ContainersReady does not
+        gates = [g.get("conditionType") for g in spec.get("readinessGates") or []]
+        watched = {c.get("type"): c.get("status") for c in self.watched_conditions or []}
+        gated = all(watched.get(t) == "True" for t in gates)
         flag = lambda b: "True" if b else "False"  # noqa: E731
         conditions = [
             {"type": "PodReadyToStartContainers", "status": "True"},
             {"type": "Initialized", "status": flag(initialized)},
             {"type": "ContainersReady", "status": flag(ready)},
-            {"type": "Ready", "status": flag(ready)},
+            {"type": "Ready", "status": flag(ready and gated)},
             {"type": "PodScheduled", "status": "True"},
         ]
         # As a kubelet does: a condition's lastTransitionTime moves only when its status does (status.startup's
@@ -364,7 +370,7 @@ class PodWorker:
         }
         if init_cs:
             status["initContainerStatuses"] = init_cs
-        key = json.dumps({k: v for k, v in status.items() if k != "conditions"}, sort_keys=True) + flag(ready) + flag(initialized)
+        key = json.dumps({k: v for k, v in status.items() if k != "conditions"}, sort_keys=True) + flag(ready) + flag(initialized) + flag(gated)
         if key == getattr(self, "_last_key", None):
             return
         self._last_key = key

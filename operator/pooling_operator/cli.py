@@ -202,6 +202,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     if args.readiness_port:
         runtime.readiness = (args.bind, args.readiness_port)
+    if args.pod_addresses_from:  # a test harness's pods listen on loopback ports (e2e/podrunner), not on their IPs
+        from pooling_operator.runtime.space_gate import runner_records
+
+        runtime.pod_address = runner_records(Path(args.pod_addresses_from))
     liveness = f"http://{args.bind}:{args.health_port}/healthz" if args.health_port else None
     asyncio.run(
         kopf.operator(
@@ -300,6 +304,9 @@ def parser() -> argparse.ArgumentParser:
                    help="cert-manager writes --webhook-secret and injects the CA: only read it")
     o.add_argument("--readiness-port", type=int, default=0,
                    help="readiness endpoint /readyz port (0: off): ready once the webhook's certificate is loaded")
+    o.add_argument("--pod-addresses-from", metavar="DIR",
+                   help="test harness only: reach pods at the loopback ports the test pod runner records in DIR/pods/ "
+                   "(e2e/podrunner) instead of their pod IPs (the space gate's canaries)")
     o.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="default info")
     o.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="text lines, or one JSON object a line (time, level, logger, message)")

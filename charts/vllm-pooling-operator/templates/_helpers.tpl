@@ -107,6 +107,10 @@ are read in the release's namespace only (templates/rbac.yaml).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+# The space gate's verdict on a pod of a service with spec.spaceCheck (its readiness gate's condition).
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch, list]  # list: a Job's FailedCreate is reported only as an event

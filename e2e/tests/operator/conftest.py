@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +23,21 @@ def hub() -> Iterator[Hub]:
         yield h
 
 
+def pod_addresses(cluster: ControlPlane) -> Path:
+    """Where a pod's loopback ports are recorded (<this>/pods/<namespace>_<name>.json): the real tier's pod runner's
+    state folder (e2e/podrunner/runner_process.py)."""
+    return Path(cluster.run_dir) / "pod-runner"
+
+
 @pytest.fixture(scope="session")
 def operator(cluster: ControlPlane, crds: list[str], hub: Hub) -> Iterator[OperatorProcess]:
     """The operator under test runs with deploy/rbac.yaml's permissions only, so every operator-tier test
     also proves that RBAC is enough."""
     proc = OperatorProcess(
         cluster, kubeconfig=least_privilege_kubeconfig(cluster), standalone=False, lease_namespace="vllm-pooling-operator",
-        extra=["--hub-endpoint", hub.url],
+        # the space gate reaches pods where the pod runner records their ports (POD_ADDRESSES: the real tier's
+        # runner writes there, the operator tier's space-gate test writes there by hand)
+        extra=["--hub-endpoint", hub.url, "--pod-addresses-from", str(pod_addresses(cluster))],
     )
     proc.env["VPO_AUTOSCALE_SECONDS"] = str(AUTOSCALE_SECONDS)
     proc.start()

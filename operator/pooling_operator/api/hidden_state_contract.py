@@ -58,8 +58,9 @@ FAILED = "failed"  # vLLM unavailable or an unexpected error: the Job retries th
 BUDGET_EXCEEDED = "budget_exceeded"  # stopped before exceeding its share of the storage budget
 DATASET_UNREADABLE = "dataset_unreadable"
 OUTPUT_FULL = "output_full"  # the output volume ran out of space (ENOSPC); what was finished is kept
-STATES = (RUNNING, SUCCEEDED, FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL)
-FAILURE_STATES = (FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL)
+SPACE_DRIFT = "space_drift"  # a PoolingJob's canaries drifted from the space's reference: nothing was written
+STATES = (RUNNING, SUCCEEDED, FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL, SPACE_DRIFT)
+FAILURE_STATES = (FAILED, BUDGET_EXCEEDED, DATASET_UNREADABLE, OUTPUT_FULL, SPACE_DRIFT)
 
 # --- The driver's exit codes --------------------------------------------------------------------------
 
@@ -69,6 +70,7 @@ EXIT_USAGE = 2  # bad arguments
 EXIT_BUDGET_EXCEEDED = 3
 EXIT_DATASET_UNREADABLE = 4
 EXIT_OUTPUT_FULL = 5
+EXIT_SPACE_DRIFT = 6
 
 # The failure states that end the whole Job at once (a retry cannot help), with the exit code of each;
 # the Job's podFailurePolicy fails the Job on exactly these codes. In the order status looks for them.
@@ -78,6 +80,7 @@ JOB_ENDING_EXIT_CODES = {
     BUDGET_EXCEEDED: EXIT_BUDGET_EXCEEDED,
     DATASET_UNREADABLE: EXIT_DATASET_UNREADABLE,
     OUTPUT_FULL: EXIT_OUTPUT_FULL,
+    SPACE_DRIFT: EXIT_SPACE_DRIFT,  # the engine computes another space: a retry computes the same
 }
 
 # --- The output folder --------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ JOB_TASK_OR_MODE = (
 SCORING_JOB_NO_SPACE = (
     "embeddingSpace labels vectors; a scoring job (mode) writes scores: remove embeddingSpace or set task instead"
 )
+SPACE_CHECK_NEEDS_SPACE = (
+    "spaceCheck guards an embedding space, whose reference is kept per label: set embeddingSpace, or remove spaceCheck"
+)
 SCORING_JOB_CONVERT = "convert applies to a pooling task; a scoring job's mode chooses the model's adaptation: remove convert"
 GENERATIVE_BATCH_FILE = (
     "mode generative reads our JSONL groups ({\"id\", \"query\", \"documents\"}): vLLM's /generative_scoring has "

@@ -30,10 +30,12 @@ from pooling_operator.api.hidden_state_contract import (  # noqa: F401  (re-expo
     EXIT_FAILED,
     EXIT_OK,
     EXIT_OUTPUT_FULL,
+    EXIT_SPACE_DRIFT,
     EXIT_USAGE,
     FAILED_LOG,
     JOB_ENDING_EXIT_CODES,
     MANIFEST,
+    SPACE_DRIFT,
     SUCCESS_MARKER,
     manifest_path,
     shard_folder,
@@ -73,6 +75,13 @@ TOKEN_TASKS = ("token_embed", "token_classify")
 SCORE_DTYPE = "float32"
 SCORING_MODES = ("crossEncoder", "biEncoder", "lateInteraction", "generative")
 SCORING_ROUTES = {"rerank": "/rerank", "score": "/score", "generative": "/generative_scoring"}
+
+
+# spec.spaceCheck of a PoolingJob: where the space's reference ConfigMap and the user's canaries are mounted in a
+# shard's pod (both optional volumes: a reference may not exist yet), and the run record's key for the canaries.
+SPACE_REFERENCE_MOUNT = "/space-reference"
+SPACE_CANARIES_MOUNT = "/space-canaries"
+RUN_RECORD_SPACE_CHECK = "spaceCheck"
 
 
 def part_name(index: int) -> str:

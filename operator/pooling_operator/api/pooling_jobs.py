@@ -33,6 +33,7 @@ from pooling_operator.api.services import (
     ScoringMode,
     Task,
 )
+from pooling_operator.api.space_check import SpaceCheckSpec
 
 
 class CorpusSpec(Spec):
@@ -109,6 +110,7 @@ class PoolingJobSpec(Spec):
                 ".pooling.type",
             ),
             cel("!has(self.mode) || !has(self.embeddingSpace)", M.SCORING_JOB_NO_SPACE, ".embeddingSpace"),
+            cel("!has(self.spaceCheck) || has(self.embeddingSpace)", M.SPACE_CHECK_NEEDS_SPACE, ".spaceCheck"),
             cel("!has(self.mode) || !has(self.convert) || self.convert == 'auto'", M.SCORING_JOB_CONVERT, ".convert"),
             MATRYOSHKA_RULE,
             cel(
@@ -169,6 +171,14 @@ class PoolingJobSpec(Spec):
         "with the space's fingerprint, the same one a PoolingService with this model and pooling publishes "
         "(status.embeddingSpace), so an index built from the output can be matched to the service that answers "
         "its queries.",
+    )
+    space_check: SpaceCheckSpec | None = Field(
+        default=None,
+        description="Refuse to mix spaces: every shard first sends the canaries (spaceCheck.canaries, else the built-in "
+        "set) and compares the answers with the space's reference (a PoolingService's of the same embeddingSpace, "
+        "else the first shard's own), failing with SpaceDrift before it writes a vector; each shard's run.json "
+        "keeps the canaries' vectors, so an index carries its own reference. Needs embeddingSpace and a task "
+        "(a scoring job has no space). onDrift does not apply: a job never writes a drifted vector.",
     )
     dataset: CorpusSpec = Field(description=CorpusSpec.__doc__)
     output: VectorOutputSpec = Field(description=VectorOutputSpec.__doc__)

@@ -18,6 +18,7 @@ from pooling_operator.api.base import EngineSpec, ModelSpec, SecretKeyRef, Statu
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.schema import Spec
+from pooling_operator.api.space_check import SpaceCheckSpec, SpaceCheckStatus
 from pooling_operator.api.startup import StartupStatus
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]
@@ -194,6 +195,7 @@ class PoolingServiceSpec(ServingSpec):
                 ".pooling.dimensions",
             ),
             cel(f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})", M.EMBEDDING_SPACE, ".embeddingSpace"),
+            cel("!has(self.spaceCheck) || has(self.embeddingSpace)", M.SPACE_CHECK_NEEDS_SPACE, ".spaceCheck"),
         )
     )
 
@@ -211,6 +213,9 @@ class PoolingServiceSpec(ServingSpec):
         description="A label for the vector space this service produces. A change of model name or revision, "
         "pooling type, normalize or dimensions is refused unless this label changes in the same update, so "
         "vectors from two spaces never mix in one index.",
+    )
+    space_check: SpaceCheckSpec | None = Field(
+        default=None, description=SpaceCheckSpec.__doc__ + " Needs embeddingSpace: the reference is the space's."
     )
 
 
@@ -265,6 +270,10 @@ class ScoringServiceSpec(ServingSpec):
     )
     pooling: PoolingSpec | None = Field(default=None, description="Pooler settings; biEncoder only.")
     generative: GenerativeSpec | None = Field(default=None, description=GenerativeSpec.__doc__)
+    space_check: SpaceCheckSpec | None = Field(
+        default=None, description=SpaceCheckSpec.__doc__ + " A ScoringService's canaries are query/document pairs and its "
+        "reference the scores of its first pod; a new pod's scores may differ by the stated tolerance.",
+    )
 
 
 # ---- status ---------------------------------------------------------------------------------------------
@@ -334,6 +343,7 @@ class ServiceStatus(StatusBase):
     effective: Effective | None = Field(default=None, description=Effective.__doc__)
     autoscaling: AutoscalingStatus | None = Field(default=None, description=AutoscalingStatus.__doc__)
     startup: StartupStatus | None = Field(default=None, description=StartupStatus.__doc__)
+    space_check: SpaceCheckStatus | None = Field(default=None, description=SpaceCheckStatus.__doc__)
 
 
 class PoolingServiceStatus(ServiceStatus):

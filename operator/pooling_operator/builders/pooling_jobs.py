@@ -7,12 +7,19 @@ inputs in batches (api/pooling_job_contract). The children are a HiddenStateJob'
 
 from __future__ import annotations
 
+import json
 import posixpath
 from typing import Any
 
 from pooling_operator.api import PoolingJob
 from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.pooling_job_contract import OPENAI_BATCH, SAFETENSORS, rows_dtype
+from pooling_operator.api.pooling_job_contract import (
+    OPENAI_BATCH,
+    SAFETENSORS,
+    SPACE_CANARIES_MOUNT,
+    SPACE_REFERENCE_MOUNT,
+    rows_dtype,
+)
 from pooling_operator.builders import names
 from pooling_operator.builders.common import BuildContext, dra_claim_templates, dra_pod_claims, vllm_volumes
 from pooling_operator.builders.jobs import (
@@ -27,7 +34,10 @@ from pooling_operator.builders.jobs import (
 from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, output_dir
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.space_check import reference_name
 from pooling_operator.vllm.workload import Workload
+
+CANARIES_FILE = "canaries.jsonl"  # the user's canaries, as mounted in a shard's driver
 
 
 def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
@@ -96,17 +106,41 @@ def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]
     budget = shard_budget_bytes(resource)
     if budget is not None:
         args += ["--budget-bytes", str(budget)]
+    check = spec.space_check
+    if check is not None and spec.embedding_space:
+        args += ["--space-check", json.dumps({
+            "fingerprint": embedding_fingerprint(w), "label": spec.embedding_space, "minCosine": check.threshold,
+            "normalize": bool(w.pooling and w.pooling.normalize), "reference": SPACE_REFERENCE_MOUNT,
+            **({"canaries": posixpath.join(SPACE_CANARIES_MOUNT, CANARIES_FILE)} if check.canaries else {}),
+        }, separators=(",", ":"))]  # fmt: skip
     if spec.output.formats != [SAFETENSORS]:
         args += ["--outputs", ",".join(spec.output.formats)]
     return args
+
+
+def space_volumes(resource: PoolingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """spec.spaceCheck: the space's reference ConfigMap (a PoolingService of the label records it; optional: there
+    may be none yet) and the user's canaries, as the driver's volumes and mounts."""
+    check, label = resource.spec.space_check, resource.spec.embedding_space
+    if check is None or not label:
+        return [], []
+    volumes = [{"name": "space-reference", "configMap": {"name": reference_name(label), "optional": True}}]
+    mounts = [{"name": "space-reference", "mountPath": SPACE_REFERENCE_MOUNT, "readOnly": True}]
+    if check.canaries is not None:
+        ref = check.canaries.config_map_ref
+        volumes.append({"name": "space-canaries", "configMap": {"name": ref.name, "optional": True,
+                                                                 "items": [{"key": ref.key, "path": CANARIES_FILE}]}})
+        mounts.append({"name": "space-canaries", "mountPath": SPACE_CANARIES_MOUNT, "readOnly": True})
+    return volumes, mounts
 
 
 def job(resource: PoolingJob, w: Workload, argv: list[str], ctx: BuildContext) -> dict[str, Any]:
     volumes, mounts = vllm_volumes(w, ctx.model_cache)
     preflight = driver_container("preflight", ["pooling-job", "preflight", *shard_args(resource, w)], ctx, [dataset_mount()])
     vllm = sidecar(w, argv, resource.spec.resources, mounts)
-    driver = driver_container("driver", driver_args(resource, w, argv), ctx, [dataset_mount(), output_mount()])
-    out = indexed_job(resource, w, ctx, [preflight, vllm], driver, volumes)
+    space, space_mounts = space_volumes(resource)
+    driver = driver_container("driver", driver_args(resource, w, argv), ctx, [dataset_mount(), output_mount(), *space_mounts])
+    out = indexed_job(resource, w, ctx, [preflight, vllm], driver, [*volumes, *space])
     out["spec"]["template"]["spec"].update(dra_pod_claims(w, resource.spec.resources))  # a DRA share's claim
     return out
 

@@ -42,6 +42,7 @@ from pooling_operator.builders.front import (
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import relabelings, service_queries
 from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
+from pooling_operator.vllm.space_check import READINESS_GATE
 from pooling_operator.vllm.workload import Workload, workload
 
 Service = PoolingService | ScoringService
@@ -90,14 +91,19 @@ def deployment(resource: Service, w: Workload, argv: list[str], model_cache: Cac
         pod_spec["initContainers"] = compile_cache_containers(key, operator_image, port)
         pod_spec["volumes"] = [*volumes, compile_cache_volume(compile_cache.claim_name)]
     pod_spec.update(dra_pod_claims(w, spec.resources))
+    check = getattr(spec, "space_check", None)
+    if check is not None:  # the space gate (runtime/space_gate.py) sets this condition once the canaries answered
+        pod_spec["readinessGates"] = [{"conditionType": READINESS_GATE}]
+    # A GPU rollout must not need a spare GPU: replace one pod at a time, never surge; except where a drifting pod is
+    # to be held back (spaceCheck hold): then an old pod goes only once a new one is Ready, so the old ones serve
+    rolling = {"maxSurge": 1, "maxUnavailable": 0} if check is not None and check.on_drift == "hold" else {"maxSurge": 0, "maxUnavailable": 1}
     deploy_spec: dict[str, Any] = {}
     if spec.autoscaling is None:
         deploy_spec["replicas"] = spec.replicas
     deploy_spec.update(
         {
             "selector": {"matchLabels": selector_labels(w.name, w.kind)},
-            # A GPU rollout must not need a spare GPU: replace one pod at a time, never surge.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling},
             "revisionHistoryLimit": 5,
             "progressDeadlineSeconds": w.engine.startup_timeout_seconds + 600,
             "template": {"metadata": pod_metadata(w, spec.template), "spec": pod_spec},

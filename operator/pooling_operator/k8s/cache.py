@@ -104,9 +104,10 @@ def _projected(body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": meta}
     if body.get("kind") == "Pod":
         out["status"] = body.get("status") or {}
-        claims = (body.get("spec") or {}).get("resourceClaims")
-        if claims:  # which ResourceClaimTemplate a pod was made with: kept while pods name it (reconcile/writes.py)
-            out["spec"] = {"resourceClaims": claims}
+        spec = body.get("spec") or {}
+        kept = {k: spec[k] for k in ("resourceClaims", "readinessGates") if spec.get(k)}
+        if kept:  # the claims it was made with (kept while pods name them: reconcile/writes.py); its readiness gates
+            out["spec"] = kept  # (the space gate checks a gated pod: runtime/space_gate.py)
         return out
     for key, value in body.items():
         if key not in out:

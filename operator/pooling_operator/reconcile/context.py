@@ -181,6 +181,17 @@ def reference(obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": {k: meta[k] for k in keep if k in meta}}
 
 
+class SpaceChecks(Protocol):
+    """What the reconcile reads of the space gate (runtime/space_gate.py): status.spaceCheck of a service."""
+
+    def consider(self, owner: dict[str, Any], pod: dict[str, Any]) -> None:
+        """A pod of a service with spec.spaceCheck, as observed: checked in the background once its vLLM is ready,
+        unless its condition holds a verdict already."""
+
+    def status_of(self, uid: str) -> dict[str, Any] | None:
+        """The service's reference and last check, as the gate last saw them; None when it knows nothing yet."""
+
+
 @dataclass
 class Context:
     """The dependencies of a reconcile: the API, the watch-fed cache, the operator's settings and images, the
@@ -192,6 +203,7 @@ class Context:
     settings: Settings = field(default_factory=Settings)
     operator_image: str | None = None
     tracker: Tracker | None = None
+    space: SpaceChecks | None = None  # the space gate, where the runtime runs one
     events: Events = field(init=False)
 
     def __post_init__(self) -> None:

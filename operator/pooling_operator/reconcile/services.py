@@ -37,6 +37,7 @@ from pooling_operator.status.services import (
     placed_whole,
     service_status,
 )
+from pooling_operator.status.space import space_condition
 from pooling_operator.status.startup import Startup, merged, pod_startups
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.workload import workload
@@ -106,6 +107,14 @@ class Services:
                                 ctx.settings.keda_http_interceptor)
         if desired.why_left_out is not None:
             front_withheld(status, resource, desired.why_left_out)
+        if resource.spec.space_check is not None:
+            status["conditions"].append(space_condition(pods, meta.get("generation")))
+            if ctx.space is not None:
+                for pod in pods:  # the gate checks each new pod once its vLLM is ready (runtime/space_gate.py)
+                    ctx.space.consider(body, pod)
+            known = (ctx.space.status_of(meta["uid"]) if ctx.space is not None else None) or old_status.get("spaceCheck")
+            if known:
+                status["spaceCheck"] = known
         degraded_by_time(status, old_status.get("conditions"), datetime.now(UTC), resource.spec.engine.startup_timeout_seconds)
         fresh = _fresh_startups(memory, meta["uid"], pods, old_status)
         startup = merged(old_status.get("startup"), fresh)

@@ -36,9 +36,11 @@ from pooling_operator.runtime.lease import LEADER, Leadership
 from pooling_operator.runtime.queue import WorkQueue
 from pooling_operator.runtime.series import Series
 from pooling_operator.runtime.shards import Sharding
+from pooling_operator.runtime.space_gate import PodAddress, SpaceGate, pod_ip_address
 from pooling_operator.runtime.watches import Watches
 from pooling_operator.runtime.webhook_certs import WebhookCertificate
 from pooling_operator.status.conditions import settled
+from pooling_operator.vllm.space_check import REFERENCE_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,8 @@ class Runtime:
         self.watches = Watches(self, list(namespaces or []), self.sharding) if watch else None
         self.breaker = Breaker()  # the API server away: one probe, not one retry per resource
         self.webhook_cert: WebhookCertificate | None = None  # the webhook's serving certificate, kept from its Secret
+        self.pod_address: PodAddress = pod_ip_address  # how the space gate reaches a pod (a test harness maps it)
+        self.space_gate: SpaceGate | None = None  # spec.spaceCheck's canaries (started with the runtime)
         self.readiness: tuple[str, int] | None = None  # (bind, port) of /readyz; None: not served
         self._ready_server: Any = None
         self.series = Series()  # each watched resource's status as Prometheus series (alert rules, dashboards)
@@ -103,6 +107,9 @@ class Runtime:
             default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
         )
         ctx.tracker = self.autoscaler
+        self.space_gate = SpaceGate(ctx.kube, leading=lambda: self.leading, requeue=self._requeue, event=ctx.event,
+                                    address=self.pod_address)
+        ctx.space = self.space_gate
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.queue.serve(self._work, self.workers, after=self._count_queued), name="workers"))
         if self.watches is not None:
@@ -132,6 +139,8 @@ class Runtime:
         await asyncio.gather(*self._tasks, *self._passes, return_exceptions=True)
         if self.autoscaler is not None:
             await self.autoscaler.close()  # no decision in flight once the Lease is handed over
+        if self.space_gate is not None:
+            await self.space_gate.close()
         await self.ctx.events.drain(EVENTS_SHUTDOWN_SECONDS)  # events in flight, for a bounded time
         if self.leadership is not None:
             await self.leadership.release()
@@ -192,14 +201,29 @@ class Runtime:
             self._recount_policies()
 
     def on_child(self, body: dict[str, Any], deleted: bool) -> None:
-        """A child (or a pod of one) was listed, changed or went away: its owner is reconciled."""
+        """A child (or a pod of one) was listed, changed or went away: its owner is reconciled (whose reconcile hands
+        a gated pod to the space gate)."""
         self.ctx.cache.observed(body, deleted=deleted)
         key = owning_key(body)
+        if self.space_gate is not None:
+            self._space(body, key, deleted)
         if deleted and body.get("kind") != "Pod" and key is not None:
             log.info("%s %s/%s of %s %s went away", body.get("kind"), key[1], body["metadata"].get("name"), key[0], key[2])
         if key is not None and key[0] in OWNER_KINDS:
             self._settled.discard(key)
             self._add(key)
+
+    def _space(self, body: dict[str, Any], key: OwnerKey | None, deleted: bool) -> None:
+        assert self.space_gate is not None
+        meta = body["metadata"]
+        if body.get("kind") == "ConfigMap" and (meta.get("labels") or {}).get(REFERENCE_LABEL):
+            self.space_gate.reference_changed(str(meta.get("namespace") or ""), str(meta["name"]))
+        elif body.get("kind") == "Pod" and deleted:  # (a live pod is handed to the gate by its owner's reconcile)
+            self.space_gate.forget_pod(str(meta.get("uid") or ""))
+
+    def _requeue(self, key: OwnerKey) -> None:
+        self._settled.discard(key)
+        self._add(key)
 
     def on_queue(self, body: dict[str, Any]) -> None:
         """A Kueue Workload (admitted, pending, preempted) or LocalQueue changed: the queued jobs it concerns."""
@@ -256,6 +280,8 @@ class Runtime:
         self.ctx.cache.forget(uid)
         if self.autoscaler is not None:
             self.autoscaler.untrack(uid)
+        if self.space_gate is not None:
+            self.space_gate.forget(key, uid)
 
     def state_sizes(self) -> dict[str, int]:
         """How much per-object state is held, by every owner of some (the churn test reads it)."""

@@ -18,11 +18,14 @@ the other's entries.
 | ScaledToZero | the service has no replica: idle past its idle time (reason Idle), or held at 0 while its wake query cannot be read (HeldAtZero); False: Serving, or Woken by demand | autoscaling/zero.py | services with minReplicas 0 and backend operator |
 | Succeeded / Failed | every shard wrote _SUCCESS / a shard exhausted its retries or the budget | status/ (reconcile) | jobs |
 | Queued | a job with spec.queue waits for Kueue to admit it (again); False once admitted | status/ (reconcile), from the Job and Kueue's Workload | jobs with spec.queue |
+| SpaceVerified | every running pod answered the canaries as the space's reference (status/space.py from the pods' verdicts) | status/ (reconcile), from the space gate's pod conditions | services with spec.spaceCheck |
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pooling_operator.vllm import space_check
 
 # ---- types ---------------------------------------------------------------------------------------------------
 READY = "Ready"
@@ -35,8 +38,9 @@ SCALED_TO_ZERO_TYPE = "ScaledToZero"  # True while a minReplicas-0 service has n
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 QUEUED = "Queued"
-TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE, SUCCEEDED,
-               FAILED, QUEUED)
+SPACE_VERIFIED = "SpaceVerified"  # services with spec.spaceCheck: every pod answers the canaries as the space's reference
+TYPES_ORDER = (READY, SPEC_VALID, PROGRESSING, DEGRADED, METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE, SPACE_VERIFIED,
+               SUCCEEDED, FAILED, QUEUED)
 AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE)  # owned by the autoscaler's field manager
 
 # ---- reasons -------------------------------------------------------------------------------------------------
@@ -87,6 +91,7 @@ STORAGE_BUDGET_EXCEEDED = "StorageBudgetExceeded"  # Failed True
 DATASET_UNREADABLE = "DatasetUnreadable"  # Failed True
 OUTPUT_VOLUME_FULL = "OutputVolumeFull"  # Failed True
 SHARD_FAILED = "ShardFailed"  # Failed True
+SPACE_DRIFT_FAILED = "SpaceDrift"  # Failed True (PoolingJob with spaceCheck): the canaries drifted from the space's reference
 # Queued (jobs with spec.queue; status/queue.py). True: the Job is suspended, waiting for Kueue.
 KUEUE_NOT_INSTALLED = "KueueNotInstalled"  # True: kueue.x-k8s.io is not served; nothing will admit the Job
 LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"  # True: the LocalQueue spec.queue.name does not exist
@@ -96,6 +101,13 @@ WAITING_FOR_ADMISSION_CHECKS = "WaitingForAdmissionChecks"  # True: quota reserv
 PREEMPTED = "Preempted"  # True: Kueue preempted the job (suspended it); shards resume from their manifests
 EVICTED = "Evicted"  # True: Kueue evicted the job for another reason (its own, in the message)
 ADMITTED = "Admitted"  # False: Kueue admitted the job; its pods run
+
+# SpaceVerified (status/space.py, from the pods' verdicts: runtime/space_gate.py)
+SPACE_VERIFIED_OK = space_check.VERIFIED  # True: every running pod answers the canaries as the reference (or recorded it)
+SPACE_DRIFT = space_check.DRIFT  # False: a pod's answers drifted from the reference (held back, or admitted by onDrift warn)
+SPACE_UNREACHABLE = space_check.UNREACHABLE  # False: a pod could not be asked (tried again with back-off)
+CANARIES_INVALID = space_check.CANARIES_INVALID  # False: spaceCheck.canaries is a missing ConfigMap or key, or not canaries
+SPACE_CHECKING = "Checking"  # Unknown: no pod has answered yet
 
 # ModelCache (its Failed reasons are the fill's: api/cache_fill_contract.py REASONS)
 FILLED = "Filled"  # Ready True: a verified snapshot is in place
@@ -109,7 +121,7 @@ WAITING_FOR_MODEL_CACHE = "WaitingForModelCache"  # Ready False: the cache is mi
 _BAD_WHEN_TRUE = (DEGRADED, FAILED, SCALING_LIMITED)
 # Queued=True is the ordinary way of a queued job, except where nothing will ever admit it as it stands.
 _BAD_QUEUED_REASONS = (KUEUE_NOT_INSTALLED, LOCAL_QUEUE_NOT_FOUND)
-_BAD_WHEN_FALSE = (SPEC_VALID, READY, METRICS_AVAILABLE)
+_BAD_WHEN_FALSE = (SPEC_VALID, READY, METRICS_AVAILABLE, SPACE_VERIFIED)
 
 
 def condition(type_: str, status: bool | str, reason: str, message: str, generation: int | None) -> dict[str, Any]:
@@ -191,4 +203,7 @@ def settled(status: dict[str, Any]) -> bool:
         return True
     if true(QUEUED):
         return True  # held by Kueue: only Kueue's objects (watched) or the Job move it, never time alone
+    space = conds.get(SPACE_VERIFIED)
+    if space is not None and space.get("reason") in (SPACE_CHECKING, SPACE_UNREACHABLE, CANARIES_INVALID):
+        return False  # a pod not yet asked, or asked again after a back-off: time alone moves it
     return true(READY) and not true(DEGRADED) and not true(PROGRESSING)

@@ -18,6 +18,7 @@ FAILURE_REASONS = {
     hs.BUDGET_EXCEEDED: C.STORAGE_BUDGET_EXCEEDED,
     hs.DATASET_UNREADABLE: C.DATASET_UNREADABLE,
     hs.OUTPUT_FULL: C.OUTPUT_VOLUME_FULL,
+    hs.SPACE_DRIFT: C.SPACE_DRIFT_FAILED,
 }
 # The states that name no reason: running and succeeded are the Job's own conditions' business, and a shard
 # that failed is retried; once its retries run out the Job's Failed condition says so (ShardFailed).

@@ -19,6 +19,8 @@ def batch_file_problems(resource: PoolingJob) -> Iterator[Problem]:
         yield Problem("spec.task", M.JOB_TASK_OR_MODE)
     if spec.mode is None and spec.generative is not None:
         yield Problem("spec.generative", M.GENERATIVE_IFF_MODE)
+    if spec.space_check is not None and not spec.embedding_space:
+        yield Problem("spec.spaceCheck", M.SPACE_CHECK_NEEDS_SPACE)
     if spec.mode is not None:
         if spec.embedding_space is not None:
             yield Problem("spec.embeddingSpace", M.SCORING_JOB_NO_SPACE)

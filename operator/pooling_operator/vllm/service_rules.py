@@ -148,6 +148,8 @@ def batched_tokens_problems(w: Workload) -> Iterator[Problem]:
 
 
 def pooling_service_problems(resource: PoolingService, w: Workload) -> Iterator[Problem]:
+    if resource.spec.space_check is not None and not resource.spec.embedding_space:
+        yield Problem("spec.spaceCheck", M.SPACE_CHECK_NEEDS_SPACE)
     yield from pooling_problems(w, "spec.pooling")
     yield from task_support_problems(w, "spec.task")
     yield from batched_tokens_problems(w)

@@ -135,6 +135,10 @@ class VllmClient:
         except ValueError as exc:
             raise Transient(f"{path} answered 200 with a body that is not JSON") from exc
 
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body; the answer's JSON (Transient or Permanent as for every request)."""
+        return await self._post(path, body)
+
     async def count_tokens(self, prompt: str) -> list[int] | None:
         """The prompt's token ids as /v1/completions will see them, or None when the server has no /tokenize."""
         if self._tokenize_missing:

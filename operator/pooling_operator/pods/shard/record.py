@@ -38,6 +38,7 @@ class RunRecord:
     task: str | None = None  # the vectors mode (a PoolingJob) when set
     mode: str | None = None  # a scoring job's (a PoolingJob with spec.mode): its rows are scores
     dimension: int | None = None  # the vectors' last axis, once known
+    space_check: dict[str, Any] | None = None  # a PoolingJob's canaries and what they were compared with (spec.spaceCheck)
 
     def doc(self, driver_version: str) -> dict[str, Any]:
         """run.json: what ran, then what the shard's files hold (hidden states: layers, dtype, hidden size; a
@@ -60,6 +61,8 @@ class RunRecord:
             space = self.run_info.get("embeddingSpace")
             held = {"task": self.task, "embeddingSpace": space if isinstance(space, dict) else None,
                     "dtype": self.dtype, "dimension": self.dimension}
+        if self.space_check is not None:
+            held["spaceCheck"] = self.space_check
         return {**ran, **held, "driver": {"version": driver_version}}
 
 

@@ -98,6 +98,9 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--run-info", type=run_info, default=None, metavar="JSON",
                    help="what the operator ran, for run.json: model, revision, image, command, task, embeddingSpace")  # fmt: skip
     r.add_argument("--budget-bytes", type=non_negative, help="this shard's share of the storage budget")
+    r.add_argument("--space-check", type=_space_check, default=None, metavar="JSON",
+                   help="spec.spaceCheck: send the canaries first and end the shard (exit 6) if they drift from the "
+                   "space's reference: {fingerprint, label, minCosine, normalize, canaries, reference}")
     r.add_argument("--concurrency", type=positive, default=4, help="batches in flight (default 4)")
     r.add_argument("--max-attempts", type=positive, default=4, help="tries per batch (default 4)")
     r.add_argument("--retry-base-seconds", type=float, default=0.5, help="first retry delay, doubling (default 0.5)")
@@ -111,6 +114,15 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_preflight)
 
 
+def _space_check(text: str) -> Any:
+    from pooling_operator.pods.vectors.space import SpaceCheckConfig
+
+    try:
+        return SpaceCheckConfig.parse(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"not a space check: {exc}") from None
+
+
 def config_from(args: argparse.Namespace) -> PoolingConfig:
     from pooling_operator.pods.vectors.driver import PoolingConfig
 
@@ -121,7 +133,7 @@ def config_from(args: argparse.Namespace) -> PoolingConfig:
         retry_base_seconds=args.retry_base_seconds, health_timeout=args.health_timeout,
         request_timeout=args.request_timeout, progress_interval=args.progress_interval, format=args.format,
         outputs=args.outputs, models=tuple(args.model_name), mode=args.mode, labels=args.label_token_ids,
-        apply_softmax=args.apply_softmax, item_first=args.item_first,
+        apply_softmax=args.apply_softmax, item_first=args.item_first, space_check=args.space_check,
     )  # fmt: skip
 
 
@@ -137,6 +149,8 @@ def _setup(args: argparse.Namespace) -> str | None:
         return f"--mode {args.mode} differs from --run-info's mode {args.run_info.get('mode')!r}"
     if getattr(args, "mode", None) and getattr(args, "dtype", SCORE_DTYPE) != SCORE_DTYPE:
         return f"--mode writes scores as {SCORE_DTYPE}: --dtype {args.dtype} is not taken"
+    if getattr(args, "space_check", None) is not None and args.mode is not None:
+        return "--space-check guards a space of vectors: not for --mode (scores)"
     if getattr(args, "label_token_ids", ()) and args.mode != "generative":
         return "--label-token-ids is for --mode generative"
     if getattr(args, "mode", None) == "generative" and not args.label_token_ids:

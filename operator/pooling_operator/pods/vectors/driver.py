@@ -41,10 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pooling_operator.api.clock import rfc3339
 from pooling_operator.api.hidden_state_contract import (
     DATASET_UNREADABLE,
     EXIT_DATASET_UNREADABLE,
     EXIT_OK,
+    EXIT_SPACE_DRIFT,
+    SPACE_DRIFT,
 )
 from pooling_operator.api.pooling_job_contract import (
     CHECKED,
@@ -63,6 +66,7 @@ from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter
 from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
 from pooling_operator.pods.shard.record import RunRecord
 from pooling_operator.pods.shard.run import ShardFailed, ShardRun
+from pooling_operator.pods.vectors import space
 from pooling_operator.pods.vectors.batch_output import merge_if_done, write_shard_output
 from pooling_operator.pods.vectors.client import Misconfigured, PoolingClient, Refused, ScoringClient, Vectors
 from pooling_operator.pods.vectors.parts import (
@@ -73,6 +77,7 @@ from pooling_operator.pods.vectors.parts import (
     write_part,
 )
 from pooling_operator.pods.vectors.scoring import line_parser
+from pooling_operator.pods.vectors.space import SpaceCheckConfig
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ class PoolingConfig:
     labels: tuple[int, ...] = ()  # mode generative: label_token_ids
     apply_softmax: bool = True  # mode generative
     item_first: bool = False  # mode generative
+    space_check: SpaceCheckConfig | None = None  # spec.spaceCheck: the canaries before any input (space.py)
 
 
 def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
@@ -217,11 +223,25 @@ class PoolingDriver(ShardRun):
                      "lines" if self.one_request_a_line else "inputs", self.name, c.endpoint, client.route,
                      c.mode or c.task, c.dtype, c.batch_size, c.concurrency)  # fmt: skip
 
-        await self._serve(shard, todo, budget, connect, self._process, started)
+        try:
+            await self._serve(shard, todo, budget, connect, self._checked_process, started)
+        except space.SpaceDrifted as exc:
+            log.error("Stopped %s before writing a vector: %s", self.name, exc)
+            return SPACE_DRIFT, EXIT_SPACE_DRIFT
         state = await self._finished(shard, budget, resumed_count)
         if state[1] == EXIT_OK and OPENAI_BATCH in c.outputs:
             await self._io(self._write_batch_output)
         return state
+
+    async def _checked_process(self, todo: list[Sample], client: PoolingClient | ScoringClient, manifest: ManifestWriter,
+                               failed: FailedLog, budget: Budget) -> None:
+        """spec.spaceCheck: the canaries, compared with the space's reference, before any input (space.py)."""
+        c = self.config
+        if c.space_check is not None and c.task is not None:
+            mine, compared = await space.check(client, c.model, c.task, c.space_check, c.output, c.shard, rfc3339())
+            self.record.space_check = {**space.record_doc(mine), "comparedWith": compared}
+            await self._io(self._write_record)
+        await self._process(todo, client, manifest, failed, budget)
 
     def _write_batch_output(self) -> None:
         """This shard's lines of the OpenAI Batch output file; then the whole file if every shard is done."""
