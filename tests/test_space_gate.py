@@ -143,3 +143,26 @@ def test_only_a_gated_pod_whose_vllm_is_ready_and_has_no_verdict_is_taken() -> N
     asyncio.run(main())
     assert sorted(taken) == ["kwok", "new", "r"]
     json.dumps(g.status_of("svc-uid"))  # nothing remembered that status could not hold
+
+
+def test_a_pod_is_checked_once_even_where_the_cache_does_not_show_its_verdict_yet() -> None:
+    """(On real vLLM a pod once said Recorded and then, its next informer event still without the condition,
+    Verified against its own reference.) A final verdict is remembered until the pod goes; a retried one is not."""
+    api = Api()
+
+    async def main() -> None:
+        with fake_pooling(FakePooling()) as same:
+            g, _, _ = gate(api, {"a": same})
+            stale = pod("a")
+            g.consider(owner(), stale)
+            await asyncio.gather(*g._tasks)
+            assert api.conditions["a"]["reason"] == sc.RECORDED
+            g.consider(owner(), stale)  # the same pod as the cache last saw it: no verdict yet
+            assert not g._tasks
+            g.forget_pod("uid-a")
+            g.consider(owner(), stale)
+            assert g._tasks
+            await asyncio.gather(*g._tasks)
+
+    asyncio.run(main())
+    assert api.conditions["a"]["reason"] == sc.VERIFIED  # asked again only after forget_pod

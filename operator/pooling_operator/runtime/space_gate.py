@@ -21,6 +21,7 @@ flight) it drops with the object.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -110,6 +111,7 @@ class SpaceGate:
         self._references: dict[tuple[str, str], sc.Reference | None] = {}  # (namespace, ConfigMap) -> as last read
         self._last: dict[str, dict[str, Any]] = {}  # owner uid -> status.spaceCheck
         self._pending: dict[str, _Pending] = {}  # pod uid -> retries of an unreachable one
+        self._judged: set[str] = set()  # pod uids given a final verdict (the cache may not show it yet)
         self._inflight: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
@@ -121,7 +123,8 @@ class SpaceGate:
         """A pod of `owner` changed: check it in the background once its vLLM is ready, unless it has a verdict."""
         meta = pod["metadata"]
         uid = str(meta.get("uid") or "")
-        if not self.leading() or uid in self._inflight or meta.get("deletionTimestamp") or not gated(pod) or not vllm_ready(pod):
+        if (not self.leading() or uid in self._inflight or uid in self._judged or meta.get("deletionTimestamp")
+                or not gated(pod) or not vllm_ready(pod)):  # fmt: skip
             return
         done = sc.pod_verdict(pod)
         if done is not None and done.get("reason") not in sc.RETRIED:
@@ -156,6 +159,7 @@ class SpaceGate:
 
     def forget_pod(self, uid: str) -> None:
         self._pending.pop(uid, None)
+        self._judged.discard(uid)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -328,6 +332,7 @@ class SpaceGate:
             pending.attempts += 1
         else:
             self._pending.pop(uid, None)
+            self._judged.add(uid)  # checked once: an informer event that still shows no verdict asks nothing again
         last = self._last.setdefault(str(resource.metadata.uid or ""), {})
         last["lastCheck"] = {"pod": meta["name"], "result": result, "at": condition["lastTransitionTime"],
                              **({"worstCosine": round(worst, 7)} if worst is not None else {}), **({"canary": canary} if canary else {})}
@@ -345,8 +350,6 @@ def _space(resource: PoolingService | ScoringService) -> str:
 def _scoring_fingerprint(resource: ScoringService, w: Any) -> str:
     """What a ScoringService's scores depend on, as an embedding space's fingerprint does for vectors: the model,
     its revision and how it scores."""
-    import hashlib
-
     g = resource.spec.generative
     essence = {"space": embedding_fingerprint(w), "mode": resource.spec.mode,
                "labels": [label.id for label in g.labels] if g else None, "softmax": g.apply_softmax if g else None,
