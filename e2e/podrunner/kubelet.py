@@ -182,9 +182,27 @@ class Runner:
 
     def project(self, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None:
         """Fill a projected volume as a kubelet does: a ServiceAccount token (TokenRequest, bound to the pod),
-        ConfigMap keys, and the downward API's namespace."""
+        ConfigMap keys, and the downward API's namespace; or a configMap volume: its keys as files (binaryData's
+        decoded), an optional one that does not exist left empty, a required one waited for (PlanError)."""
         ns, sa = pod["metadata"]["namespace"], pod["spec"].get("serviceAccountName") or "default"
         folder.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            ref = volume["configMap"]
+            try:
+                cm = self.core.read_namespaced_config_map(ref["name"], ns)
+            except ApiException as e:
+                if e.status == 404 and ref.get("optional"):
+                    return
+                if e.status == 404:
+                    raise podspec.PlanError(f'configmap "{ref["name"]}" not found (volume {volume["name"]})') from None
+                raise
+            files = {k: v.encode() for k, v in (cm.data or {}).items()}
+            files.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+            for item in ref.get("items") or [{"key": k, "path": k} for k in files]:
+                if item["key"] in files:
+                    (folder / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / item["path"]).write_bytes(files[item["key"]])
+            return
         for src in volume["projected"].get("sources") or []:
             if "serviceAccountToken" in src:
                 t = src["serviceAccountToken"]

@@ -246,12 +246,13 @@ class PodWorker:
     def _loop(self) -> None:
         while self.plan is None:
             try:
-                self.plan = self.runner.plan(self.pod, self.dir)
+                plan = self.runner.plan(self.pod, self.dir)
+                self._layout(plan)  # a ConfigMap volume's ConfigMap missing: waits, as a kubelet does
+                self.plan = plan
             except podspec.PlanError as e:
                 self._status(waiting=("CreateContainerConfigError", str(e)))
                 if self.stopping.wait(5):
                     return
-        self._layout(self.plan)
         self.containers = [ContainerRun(self, c) for c in self.plan.containers]
         by_name = {c.name: c for c in self.containers}
         while not self.stopping.is_set():
@@ -294,7 +295,7 @@ class PodWorker:
                     else:
                         path.write_text(target)
         for v in self.pod["spec"].get("volumes") or []:
-            if "projected" in v:
+            if "projected" in v or "configMap" in v:
                 self.runner.project(self.pod, v, self.dir / "volumes" / v["name"])
 
     def _write_state(self) -> None:

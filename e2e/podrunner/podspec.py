@@ -3,8 +3,9 @@
 A kubelet runs a container's ``command`` + ``args`` with its ``env`` inside its own filesystem and network
 namespace. The runner has neither, so it maps, and reports every mapping:
 
-- **volumes → local folders.** emptyDir: a folder per pod; projected (the ServiceAccount token volume): a
-  folder per pod the runner fills; persistentVolumeClaim: the folder the runner was given for that claim name
+- **volumes → local folders.** emptyDir: a folder per pod; projected (the ServiceAccount token volume) and
+  configMap (its keys as files, binaryData's decoded; an optional one that is missing: empty): a folder per pod
+  the runner fills; persistentVolumeClaim: the folder the runner was given for that claim name
   (the model claim → the prepared model); anything else is refused with a message.
   Every argv element and env value that is a mount path, or lies under one, is rewritten to the local folder
   (``--flag=/path`` too, and each such string inside a JSON value, such as the hidden-states connector's
@@ -220,7 +221,7 @@ def volume_folders(
     out: dict[str, Path] = {}
     for v in pod.get("spec", {}).get("volumes") or []:
         name = v["name"]
-        if "emptyDir" in v or "projected" in v:  # projected: the runner writes its sources (token, CA, namespace)
+        if "emptyDir" in v or "projected" in v or "configMap" in v:  # the runner writes projected's and configMap's files
             out[name] = pod_dir / "volumes" / name
         elif "persistentVolumeClaim" in v:
             claim = v["persistentVolumeClaim"]["claimName"]

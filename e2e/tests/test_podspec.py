@@ -332,3 +332,13 @@ def test_the_termination_message_path_is_a_file_of_the_pod(tmp_path: Path) -> No
     assert p.termination_log == tmp_path / "pod" / "fill.termination-log"
     assert p.argv[p.argv.index("--result") + 1] == str(p.termination_log)
     assert p.argv[p.argv.index("--claim") + 1] == str(tmp_path / "data")
+
+
+def test_a_configmap_volume_is_a_folder_of_the_pod_and_other_kinds_are_refused(tmp_path: Path) -> None:
+    """The runner fills a configMap volume's folder (kubelet.project: keys as files, binaryData decoded)."""
+    pod = {"spec": {"volumes": [{"name": "ref", "configMap": {"name": "vpo-space-x", "optional": True}},
+                                {"name": "hp", "hostPath": {"path": "/etc"}}]}}  # fmt: skip
+    with pytest.raises(podspec.PlanError, match=r"\['hostPath'\] volumes are not supported"):
+        podspec.volume_folders(pod, tmp_path, {})
+    pod["spec"]["volumes"].pop()
+    assert podspec.volume_folders(pod, tmp_path, {}) == {"ref": tmp_path / "volumes" / "ref"}

@@ -46,7 +46,7 @@ def svc(
 
 
 def path(namespace: str, plural: str, name: str = "") -> str:
-    if plural in ("poolingservices", "scoringservices", "hiddenstatejobs", "modelcaches"):
+    if plural in ("poolingservices", "scoringservices", "hiddenstatejobs", "poolingjobs", "modelcaches"):
         base = f"{API}/namespaces/{namespace}/{plural}"
     elif plural in ("deployments",):
         base = f"/apis/apps/v1/namespaces/{namespace}/deployments"
