@@ -45,6 +45,8 @@ LAST_IN_TIER = ("test_closed_loop_real.py",)
 # Modules of the real tier moved to run right after another: they use the same pool server (pool.py), which then
 # serves both without a second start and without being held through the modules between them.
 REAL_TIER_AFTER = {"test_pooling_job_real.py": "test_examples.py"}
+# The operator tier's tests of pods run by the pod runner on stand-ins (no vLLM): last in their process.
+STANDIN_PODS = "e2e/tests/operator/standin_pods/"
 
 
 def is_real(item: pytest.Item) -> bool:
@@ -67,10 +69,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         anchor = max((n for n, i in enumerate(rest) if i.path.name == after), default=None)
         if block and anchor is not None:
             real = rest[: anchor + 1] + block + rest[anchor + 1 :]
-    # third-party controllers next to last: make test builds them in the background while the tiers run
+    # third-party controllers next to last: make test builds them in the background while the tiers run; the
+    # stand-in pod tests after them (their pod runner's node, once started, stays for the session: no other
+    # operator-tier test runs beside it)
     third = [i for i in items if i.get_closest_marker("controllers") and not i.get_closest_marker("real_vllm")]
-    if real or third:  # real vLLM loads both cores for minutes; the other tiers' timings should not feel it
-        items[:] = [i for i in items if i not in third and i not in real] + third + real
+    standin = [i for i in items if STANDIN_PODS in i.nodeid and not is_real(i)]
+    third = [i for i in third if i not in standin]
+    if real or third or standin:  # real vLLM loads both cores for minutes; the other tiers' timings should not feel it
+        items[:] = [i for i in items if i not in third and i not in real and i not in standin] + third + standin + real
     capman = config.pluginmanager.getplugin("capturemanager")
     reporter = config.pluginmanager.getplugin("terminalreporter")
 

@@ -1,7 +1,19 @@
-"""Operator tier: the operator runs as a process against the session's control plane."""
+"""Operator tier: the operator runs as a process against the session's control plane.
+
+Fixtures shared with the real_vllm tier below it:
+- ``vllm_runtime`` (session) the installed runtime (e2e/realvllm/runtime.py); e2e/conftest.py installs it at
+  collection time when the real_vllm tier is selected, as it does the control-plane build (make test builds it
+  first). Where it cannot be installed its tests skip with the reason, except under ``CI=true``, where that
+  fails the run.
+- ``pod_runner`` (session) the kubelet of node ``real-vllm-0``: pods placed there (``PLACEMENT``) run as local
+  processes, for real (the real_vllm tier's vLLM) or on stand-ins (standin_pods/: the pod runner's kubelet
+  behaviour and HiddenStateJobs on the hidden-state stand-in, no vLLM: in the operator tier's process, beside
+  the real_vllm tier rather than on its critical path).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,9 +22,29 @@ import pytest
 
 from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess, least_privilege_kubeconfig
+from e2e.podrunner.runner_process import PodRunner
+from e2e.realvllm import runtime
 from e2e.standin.hub import Hub
+from tests.unavailable import unavailable
 
 AUTOSCALE_SECONDS = 2.0  # the autoscaler's decision period in these tests (15 s in production)
+
+
+@pytest.fixture(scope="session")
+def vllm_runtime() -> runtime.Runtime:
+    try:
+        return runtime.find(install_missing=False)
+    except runtime.RuntimeUnavailable as e:
+        reason = runtime.INSTALL_ERROR or str(e)
+        unavailable(f"real_vllm: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pod_runner(cluster: ControlPlane, vllm_runtime: runtime.Runtime) -> Iterator[PodRunner]:
+    # make test runs the real_vllm tier beside the others (e2e/tiers.py): there vLLM yields the CPU to their waits
+    r = PodRunner(cluster, vllm_runtime, idle=os.environ.get("VPO_RUNNER_IDLE") == "1").start()
+    yield r
+    r.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """A HiddenStateJob with spec.queue on a cluster without Kueue, on the real control plane: the operator starts and
 runs as before, creates the Job once, suspended and labelled for Kueue, and says why nothing runs
 (Queued=True, KueueNotInstalled, and a Warning event). Then the test plays Kueue's part (real Kueue is in
-real_vllm/test_kueue_real.py): it injects a scheduling directive, cuts parallelism (partial admission) and
+standin_pods/test_kueue_real.py): it injects a scheduling directive, cuts parallelism (partial admission) and
 unsuspends the Job under its own field manager, and the operator, reconciling after each step, writes nothing
 to the Job (those fields are Kueue's) and reports the admission."""
 

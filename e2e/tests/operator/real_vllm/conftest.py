@@ -1,10 +1,7 @@
 """The real_vllm tier: the operator's Deployments run by real vLLM 0.32 (CPU) through the pod runner.
 
-Fixtures:
-- ``vllm_runtime`` (session) the installed runtime (e2e/realvllm/runtime.py); e2e/conftest.py installs it at
-  collection time when this tier is selected, as it does the control-plane build. Where it cannot be installed
-  the tier is skipped with the reason, except under ``CI=true``, where that fails the run.
-- ``pod_runner`` (session) the kubelet of node ``real-vllm-0``: pods placed there (``PLACEMENT``) run for real.
+Fixtures (``vllm_runtime`` and ``pod_runner``: e2e/tests/operator/conftest.py, which the operator tier's
+stand-in pod tests share):
 - ``serve`` (function) apply a service placed on the runner, wait for Ready, give back its pod's local URL.
 - ``built_models`` (session) the tiny scoring models (e2e/realvllm/tiny_models.py) in the ``built-models`` claim.
 - ``server_pool`` (session) servers shared by model and argv, two at a time, in their own namespace with the
@@ -32,7 +29,6 @@ from e2e.podrunner.runner_process import BUILT_CLAIM, PodRunner
 from e2e.realvllm import built, runtime
 from e2e.tests.operator.real_vllm.pool import ServerPool
 from e2e.tests.operator.real_vllm.serving import STARTS, Deployer, Served
-from tests.unavailable import unavailable
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -41,23 +37,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for name, seconds in STARTS:
             terminalreporter.write_line(f"{name:60s} {seconds:6.1f} s")
         terminalreporter.write_line(f"{len(STARTS)} starts, {sum(s for _, s in STARTS):.1f} s in all (overlapping where the pool ran two)")
-
-
-@pytest.fixture(scope="session")
-def vllm_runtime() -> runtime.Runtime:
-    try:
-        return runtime.find(install_missing=False)
-    except runtime.RuntimeUnavailable as e:
-        reason = runtime.INSTALL_ERROR or str(e)
-        unavailable(f"real_vllm: {reason}")
-
-
-@pytest.fixture(scope="session")
-def pod_runner(cluster: ControlPlane, vllm_runtime: runtime.Runtime) -> Iterator[PodRunner]:
-    # make test runs this tier beside the others (e2e/tiers.py): there vLLM yields the CPU to their waits
-    r = PodRunner(cluster, vllm_runtime, idle=os.environ.get("VPO_RUNNER_IDLE") == "1").start()
-    yield r
-    r.stop()
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ COMPONENT = "pooling-service"
 # requests waiting in vLLM's scheduler and its p99 above the target (ServiceParams: ~0.27 ms per token)
 TEXT = " ".join(["pods run on nodes and serve embeddings to clients"] * 16)  # 194 tokens for MiniLM's tokenizer
 HEAVY_WORKERS, LIGHT_WORKERS, LIGHT_PAUSE = 32, 1, 0.2
-SCALE_DOWN_WINDOW = 20
+SCALE_DOWN_WINDOW = 12  # stabilization: 12 s of the light load before the scale-down (issue 67: was 20)
 END_TO_END_LIMIT = 480.0  # the issue's 8 minutes on the 2-core machine
 
 
@@ -98,7 +98,7 @@ def diagnosis(cluster: ControlPlane, prometheus: PrometheusServer, ns: str, clie
             f"(first: {client.lost(since)[:1]})")
 
 
-ZERO_IDLE_SECONDS = 30
+ZERO_IDLE_SECONDS = 30  # idle this long after the load stops -> 0: the API's least scaleToZero.idleSeconds
 
 
 def embed_once(pod_runner: PodRunner, ns: str, pod: str) -> list[float]:

@@ -14,7 +14,7 @@ from e2e.harness.poll import wait_for
 from e2e.kube.controlplane import ControlPlane
 from e2e.podrunner.runner_process import PLACEMENT, PodRunner
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 # /ready answers 200 while $STATE/ready exists; /alive answers 500 while $STATE/dead exists.
 SERVER = """

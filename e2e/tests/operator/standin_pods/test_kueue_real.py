@@ -29,14 +29,12 @@ from e2e.kube.kueue import Kueue
 from e2e.operator_process import OperatorProcess
 from e2e.podrunner.runner_process import PodRunner
 from e2e.standin.vllm_cli import DELAY_ENV
-from e2e.tests.operator.real_vllm.pool import slot
-from e2e.tests.operator.real_vllm.standin_jobs import manifest, prompts, standin_job
+from e2e.tests.operator.standin_pods.standin_jobs import manifest, prompts, standin_job
 from pooling_operator.api import kueue as K
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.controllers, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.controllers, pytest.mark.timeout(600)]
 
-# Two shards at once are 2 x 750m (the stand-in's 250m and the driver's 500m): no pool server beside them.
-POOL = [slot("Kueue's HiddenStateJobs (two 750m pods)"), slot("Kueue's HiddenStateJobs (two 750m pods)")]
+# Two shards at once are 2 x 750m (the stand-in's 250m and the driver's 500m) on the runner's two CPUs.
 HIDDEN_SIZE = 32
 LAYERS = [1, 3]
 ROOMY = {"cpu": "4", "memory": "16Gi"}  # cpu and memory never limit here: the GPU does

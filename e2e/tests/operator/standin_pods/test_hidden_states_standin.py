@@ -10,9 +10,8 @@ and the layer count and hidden size vLLM would have been told (the layer ids fro
 the model folder's config.json), and the resource's status counts it.
 
 Resources: each pod requests 250m (the sidecar, spec.resources) + 500m (the driver, the operator's fixed
-request). The session's server pool may hold two 1-CPU vLLM servers on the runner's two CPUs, which would leave
-these pods Pending, so the module holds one pool slot: at most one server beside it, one shard at a time then.
-Run alone (no pool), both shards run at once.
+request); the operator tier's pod runner runs no vLLM beside them (the real_vllm tier has its own), so both
+shards run at once.
 """
 
 from __future__ import annotations
@@ -32,17 +31,14 @@ from e2e.kube.controlplane import ControlPlane
 from e2e.operator_process import OperatorProcess
 from e2e.podrunner.runner_process import STANDIN_IMAGE, PodRunner
 from e2e.standin import tokenize
-from e2e.tests.operator.real_vllm.pool import slot
-from e2e.tests.operator.real_vllm.standin_jobs import manifest, prompts, standin_job
+from e2e.tests.operator.standin_pods.standin_jobs import manifest, prompts, standin_job
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 NAME = "standin-states"
 LAYERS = [2, 5, 7]
 HIDDEN_SIZE = 48  # the model folder's config.json says so; the shim's default (64) would fail the shape check
 PROMPTS = 20
-
-POOL = [slot("the stand-in HiddenStateJob's pods (750m each)")]  # at most one pool server beside them
 
 
 def test_hidden_state_job_on_the_standin(
