@@ -76,3 +76,9 @@ SHARE_DRA_CLASS = "share.via dra needs share.deviceClassName (e.g. gpu.nvidia.co
 SHARE_RESOURCE_NAME_TIME_SLICING = "share.resourceName applies only to via timeSlicing"
 SHARE_MIG_PROFILE_ONLY = "share.migProfile applies only to via mig"
 SHARE_DRA_CLASS_ONLY = "share.deviceClassName applies only to via dra"
+ROUTER_NO_API_KEY = (
+    "routing.vllmRouter cannot sit in front of service.apiKeySecretRef: vllm-router checks no client API key and "
+    "forwards no client Authorization header, so behind it the key would either guard nothing (were it given to "
+    "the router) or refuse every request on /v1 and /v2; remove service.apiKeySecretRef and restrict clients with "
+    "networkPolicy, or remove routing"
+)

@@ -17,6 +17,7 @@ from pooling_operator.api.autoscaling import (  # noqa: F401  (re-exported: thei
 from pooling_operator.api.base import EngineSpec, ModelSpec, SecretKeyRef, StatusBase, TemplateSpec
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.routing import RoutingSpec
 from pooling_operator.api.schema import Spec
 from pooling_operator.api.space_check import SpaceCheckSpec, SpaceCheckStatus
 from pooling_operator.api.startup import StartupStatus
@@ -67,7 +68,9 @@ class PoolingSpec(Spec):
 class ServiceSpec(Spec):
     """The Kubernetes Service in front of the replicas."""
 
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP", description="Service type.")
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="ClusterIP", description="Service type. With routing, the router's Service has it and the pods' own is ClusterIP."
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="Service and container port. Default 8000.")
     api_key_secret_ref: SecretKeyRef | None = Field(
         default=None,
@@ -152,6 +155,9 @@ _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
+ROUTER_KEY_RULE = cel(
+    "!has(self.routing) || !has(self.service) || !has(self.service.apiKeySecretRef)", M.ROUTER_NO_API_KEY, ".routing"
+)
 MATRYOSHKA_RULE = cel(
     "!has(self.pooling) || !has(self.pooling.dimensions) || "
     "(has(self.model.matryoshkaDimensions) && self.pooling.dimensions in self.model.matryoshkaDimensions)",
@@ -175,6 +181,7 @@ class ServingSpec(Spec):
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description=MonitoringSpec.__doc__)
     template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
     network_policy: NetworkPolicySpec | None = Field(default=None, description=NetworkPolicySpec.__doc__)
+    routing: RoutingSpec | None = Field(default=None, description=RoutingSpec.__doc__)
 
 
 class PoolingServiceSpec(ServingSpec):
@@ -196,6 +203,7 @@ class PoolingServiceSpec(ServingSpec):
             ),
             cel(f"!({_SAME_SPACE}) || ({_EMBEDDING_SPACE_FIELDS})", M.EMBEDDING_SPACE, ".embeddingSpace"),
             cel("!has(self.spaceCheck) || has(self.embeddingSpace)", M.SPACE_CHECK_NEEDS_SPACE, ".spaceCheck"),
+            ROUTER_KEY_RULE,
         )
     )
 
@@ -261,6 +269,7 @@ class ScoringServiceSpec(ServingSpec):
                 ".pooling.type",
             ),
             MATRYOSHKA_RULE,
+            ROUTER_KEY_RULE,
         )
     )
 

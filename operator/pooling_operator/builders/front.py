@@ -46,13 +46,14 @@ def concurrency_target(max_num_seqs: int | None, queue_per_replica: int) -> int:
     return (max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS) + queue_per_replica
 
 
-def interceptor_route(front: KedaHttpAddOnFront, w: Workload, uid: str | None, port: int, readiness: int,
+def interceptor_route(front: KedaHttpAddOnFront, w: Workload, uid: str | None, target: str, port: int, readiness: int,
                       target_concurrency: int) -> dict[str, Any]:
-    """The add-on's InterceptorRoute, named after the service: its hosts to the service's port, held while no
+    """The add-on's InterceptorRoute, named after the service: its hosts to the `target` Service's port (the
+    service's own, or its router's with spec.routing), held while no
     replica is Ready for `readiness` seconds (then the interceptor answers with an error), at most
     maxPendingRequests held per interceptor replica where set (add-on 1.0's coldStart.maxPendingRequests)."""
     spec: dict[str, Any] = {
-        "target": {"service": w.name, "port": port},
+        "target": {"service": target, "port": port},
         "rules": [{"hosts": list(front.hosts)}],
         "scalingMetric": {"concurrency": {"targetValue": target_concurrency}},
         "timeouts": {"readiness": f"{readiness}s"},

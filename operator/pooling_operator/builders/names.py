@@ -2,6 +2,7 @@
 
 Most children carry their owner's own name: a service's Deployment, Service, PodDisruptionBudget and
 ScaledObject, a job's Job, ServiceAccount, Role and RoleBinding.
+A service's router (spec.routing) takes the suffix -router.
 The others are built here and nowhere else; builders/, status/ and reconcile/ ask this module
 (tests/test_child_names.py holds every rendered child to it).
 """
@@ -30,6 +31,17 @@ def gpu_claim_template(owner: str, claim: str, request: dict[str, Any]) -> str:
 def model_cache_claim(owner: str, named: str | None) -> str:
     """The claim a ModelCache lives on: the one it names, or the one created for it."""
     return named or f"model-cache-{owner}"
+
+
+def router(owner: str) -> str:
+    """A service's router (spec.routing): its Deployment, Service, ServiceAccount, Role and RoleBinding,
+    `<service>-router`; past 63 characters (a Service's name is a DNS-1035 label) the owner's first 46, 8 hex of
+    its whole name, then -router."""
+    name = f"{owner}-router"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:8]
+    return f"{owner[:46]}-{digest}-router"
 
 
 def fill_job(owner: str, model: str, revision: str, claim: str) -> str:

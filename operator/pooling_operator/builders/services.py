@@ -14,6 +14,7 @@ from pooling_operator.api.policy import (
     AutoscalingPolicySpec,
     resolve_targets,
 )
+from pooling_operator.builders import names
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
     POD_SECURITY,
@@ -39,6 +40,7 @@ from pooling_operator.builders.front import (
     interceptor_route,
     readiness_seconds,
 )
+from pooling_operator.builders.router import router_children, router_selector
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.metrics import relabelings, service_queries
 from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
@@ -119,7 +121,7 @@ def service(resource: Service, w: Workload) -> dict[str, Any]:
         "kind": "Service",
         "metadata": metadata(w, w.name, resource.metadata.uid),
         "spec": {
-            "type": s.type,
+            "type": "ClusterIP" if resource.spec.routing is not None else s.type,  # routed: the router's Service is reached
             "selector": selector_labels(w.name, w.kind),
             "ports": [{"name": "http", "port": s.port, "targetPort": "http", "protocol": "TCP"}],
         },
@@ -267,6 +269,8 @@ def network_policy(resource: Service, w: Workload, front_namespace: str | None =
     a = resource.spec.autoscaling
     if a is not None and a.front is not None and front_namespace:
         ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
+    if resource.spec.routing is not None:  # the router's pods, whatever the client namespaces are
+        ingress.append({"from": [{"podSelector": {"matchLabels": router_selector(w)}}], "ports": ports})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -289,9 +293,13 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     if a is not None and a.front is not None:
         readiness = readiness_seconds(ctx.typical_startup_seconds, w.engine.startup_timeout_seconds)
         target = concurrency_target(spec.engine.max_num_seqs, resolve_targets(a, ctx.policy).queue_per_replica)
-        objects.append(interceptor_route(a.front.keda_http_add_on, w, resource.metadata.uid, spec.service.port, readiness, target))
+        target_service = names.router(w.name) if spec.routing is not None else w.name
+        objects.append(interceptor_route(a.front.keda_http_add_on, w, resource.metadata.uid, target_service, spec.service.port,
+                                         readiness, target))
     if a is not None and a.backend == "keda":
         objects.append(scaled_object(resource, ctx.policy, w, ctx.settings.keda_http_scaler))
     if spec.network_policy is not None:
         objects.append(network_policy(resource, w, ctx.settings.keda_http_namespace))
+    if spec.routing is not None:
+        objects.extend(router_children(resource, w))
     return objects

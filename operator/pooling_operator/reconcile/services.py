@@ -59,7 +59,7 @@ GPUS_HELD = Gauges(
 )
 CHILDREN = (
     "ResourceClaimTemplate", "Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "ScaledObject",
-    "InterceptorRoute", "NetworkPolicy",
+    "InterceptorRoute", "NetworkPolicy", "ServiceAccount", "Role", "RoleBinding",  # the last three: the router's
 )  # fmt: skip
 
 

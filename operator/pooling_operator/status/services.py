@@ -12,6 +12,7 @@ from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.api.resources import claims_space
+from pooling_operator.builders import names
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
@@ -19,22 +20,11 @@ from pooling_operator.vllm import memory
 from pooling_operator.vllm.args import pooler_config
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
+from pooling_operator.vllm.router import client_routes, mode_route
 from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR
-from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
+from pooling_operator.vllm.workload import Workload, workload
 
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
-
-
-def routes(resource: PoolingService | ScoringService, c: Contract, w: Workload | None = None) -> list[str]:
-    w = w or workload(resource)
-    if w.runner == "generate":
-        return c.routes(None, score=False, generate=True)
-    hints = w.model.hints
-    if isinstance(resource, ScoringService):
-        score = True  # a cross-encoder is validated to have one label
-    else:
-        score = w.task in ("embed", "token_embed") or (w.task == "classify" and bool(hints and hints.num_labels == 1))
-    return c.routes(w.task, score=score)
 
 
 def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str], w: Workload | None = None,
@@ -111,7 +101,7 @@ def share_status(resource: PoolingService | ScoringService | PoolingJob, w: Work
 
 def contract_status(resource: ScoringService) -> dict[str, Any]:
     spec = resource.spec
-    out: dict[str, Any] = {"mode": spec.mode, "route": MODE_ROUTES[spec.mode]}
+    out: dict[str, Any] = {"mode": spec.mode, "route": mode_route(resource)}
     if spec.generative is not None:
         g = spec.generative
         out.update({"labelTokenIds": [label.id for label in g.labels], "applySoftmax": g.apply_softmax, "itemFirst": g.item_first})
@@ -131,7 +121,8 @@ def _crashing(pods: list[dict[str, Any]]) -> str | None:
 
 def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str:
     """Where clients send requests: the KEDA HTTP add-on's interceptor (with a Host header among the front's
-    hosts) when it fronts the service, holding requests while no replica runs; else the service's own Service."""
+    hosts) when it fronts the service, holding requests while no replica runs (and sending them to the router,
+    with routing); else the router's Service with routing; else the service's own Service."""
     a = resource.spec.autoscaling
     if a is not None and a.front is not None:
         return interceptor
@@ -139,9 +130,10 @@ def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str
 
 
 def service_url(resource: PoolingService | ScoringService) -> str:
-    """The service's own Service, in cluster DNS."""
+    """The Service clients reach in cluster DNS: the router's with routing, else the service's own."""
     meta = resource.metadata
-    return f"http://{meta.name}.{meta.namespace or 'default'}.svc:{resource.spec.service.port}"
+    name = names.router(meta.name) if resource.spec.routing is not None else meta.name
+    return f"http://{name}.{meta.namespace or 'default'}.svc:{resource.spec.service.port}"
 
 
 def service_status(
@@ -213,7 +205,7 @@ def service_status(
             # At a glance (kubectl get shows Ready's reason): the controller's or scheduler's own words.
             ready_cond = condition(C.READY, False, placement.reason, f"{message[:-1]}: {placement.message}", generation)
 
-    service_routes = routes(resource, c, w)
+    service_routes = client_routes(resource, c, w)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": [ready_cond, condition(C.SPEC_VALID, True, C.VALID, "Every rule of vLLM " + c.version + " holds.", generation), progressing, degraded],

@@ -39,6 +39,7 @@ from pooling_operator.vllm.extra_args import parse as parse_extra_args
 from pooling_operator.vllm.hidden_state_rules import hidden_state_problems, job_problems
 from pooling_operator.vllm.model_rules import remote_code_problems
 from pooling_operator.vllm.name_rules import cache_name_problems, model_name_problems
+from pooling_operator.vllm.router import routing_problems
 from pooling_operator.vllm.service_rules import (
     batched_tokens_problems,
     pooling_problems,
@@ -153,6 +154,12 @@ def autoscaling(s: Subject) -> Iterable[Problem]:
         yield from autoscaling_problems(a, s.policies, s.namespace_labels)
 
 
+def routing(s: Subject) -> Iterable[Problem]:
+    """The router in front (spec.routing): vllm/router.py."""
+    assert isinstance(s.resource, (PoolingService, ScoringService))
+    yield from routing_problems(s.resource, s.w, s.c)
+
+
 def network_policy(s: Subject) -> Iterable[Problem]:
     np = getattr(s.resource.spec, "network_policy", None)
     selector = np.client_namespaces if np is not None else None
@@ -165,8 +172,8 @@ def network_policy(s: Subject) -> Iterable[Problem]:
 
 # The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
 CHAINS: dict[type, tuple[Rule, ...]] = {
-    PoolingService: (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy),
-    ScoringService: (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy),
+    PoolingService: (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy, routing),
+    ScoringService: (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy, routing),
     HiddenStateJob: (model_and_engine, storage, extra_args, gpus, hidden_state_job),
     PoolingJob: (model_and_engine, storage, extra_args, gpus, pooling_job),
 }
