@@ -10,7 +10,9 @@ one request per route (docs/routing.md, "What passes the router"):
 - /v1/embeddings is re-serialized through OpenAI's request (model, input, encoding_format, user, dimensions), so
   vLLM's own fields (truncate_prompt_tokens, normalize, priority) are dropped, and a body of chat messages is 422;
 - /rerank and /v1/rerank are rewritten to SGLang's request (top_n dropped; /v1/rerank's model forced to
-  "default") and vLLM's answer fails to parse in the router: 500 (router.rs 2589-2600).
+  "default", which vLLM answers 404) and vLLM's answer fails to parse in the router: 500 (router.rs 2589-2600).
+bench/router_real.py sends each route to real vLLM 0.32 directly and through the real router and holds this table
+to what comes back (docs/routing.md has its run).
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ ROUTER = f"vllm-router {ROUTER_VERSION}"
 NOT_CARRIED = {
     "/rerank": "rewritten to SGLang's rerank request (top_n dropped) and vLLM's answer fails to parse in the "
     "router: 500",
-    "/v1/rerank": "rewritten to SGLang's rerank request with model \"default\" and vLLM's answer fails to parse in "
-    "the router: 500",
+    "/v1/rerank": "rewritten to SGLang's rerank request with model \"default\", which vLLM does not serve: 404",
 }
 # Routes it carries with less than the client wrote.
 ALTERED = {
