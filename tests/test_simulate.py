@@ -417,6 +417,53 @@ def test_least_outstanding_routing_drains_a_backlog_that_even_routing_keeps() ->
     assert least.slo_minutes_missed < even.slo_minutes_missed
 
 
+def test_power_of_two_routing_drains_the_backlog_too_and_never_picks_the_fuller_of_its_two() -> None:
+    # The same backlog as above: vllm-router's powerOfTwo compares two replicas at random, so the loaded one is
+    # passed over whenever it is drawn beside another (two of three pairs include it); one draw in three still
+    # pairs the two fresh replicas. It drains the backlog as least-outstanding does, where even routing keeps it.
+    trace = parse_trace("seconds,requests_per_second,mean_tokens\n0,300,16\n55,400,16\n240,400,16\n")
+    runs = {}
+    for routing in ("even", "power-of-two"):
+        setup = setup_for(read_resource(service()), None, ServiceParams(startup_s=55), initial_replicas=1,
+                          routing=routing)
+        runs[routing] = run(setup, trace, Fixed({0.0: 3}))
+    even, p2 = runs["even"], runs["power-of-two"]
+    assert abs(even.completed - p2.completed) <= 5
+    assert p2.minutes[2].p99 is not None and even.minutes[2].p99 is not None
+    assert p2.minutes[2].p99 < 1.0 < even.minutes[2].p99
+    assert p2.slo_minutes_missed < even.slo_minutes_missed
+
+
+def test_power_of_two_takes_the_first_of_two_on_a_tie_and_the_fewer_in_flight_otherwise() -> None:
+    import random
+
+    from pooling_operator.autoscaling.simulator import simulate as sim
+
+    class Replica:
+        def __init__(self, n: int) -> None:
+            self.in_flight = n
+
+        def advance(self, t: float) -> list[object]:
+            return []
+
+    class Pod:
+        def __init__(self, n: int) -> None:
+            self.replica = Replica(n)
+
+    class Seeded(random.Random):
+        def sample(self, population, k):  # type: ignore[no-untyped-def,override]
+            return [population[0], population[1]]
+
+    world = object.__new__(sim.ServiceRun)  # only its routing is exercised: no run is set up
+    setup = setup_for(read_resource(service()), None, ServiceParams(startup_s=55), routing="power-of-two")
+    world.setup, world._route, world._record = setup, Seeded(0), None  # type: ignore[attr-defined]
+    busy, idle, tied = Pod(3), Pod(1), Pod(3)
+    assert world._to([busy, idle], 0.0) is idle  # type: ignore[attr-defined]
+    assert world._to([idle, busy], 0.0) is idle  # type: ignore[attr-defined]
+    assert world._to([busy, tied], 0.0) is busy  # a tie: the first drawn (power_of_two.rs: load1 <= load2)
+    assert world._to([idle], 0.0) is idle  # type: ignore[attr-defined]
+
+
 def test_a_routing_the_simulator_lacks_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     svc, trace = write(tmp_path, "svc.yaml", service()), write(tmp_path, "t.csv", STEP)
     with pytest.raises(SystemExit):

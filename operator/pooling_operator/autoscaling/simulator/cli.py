@@ -78,8 +78,9 @@ def add_parser(subparsers: Any) -> None:
                    help=f"also run these on the same trace, comma-separated: {', '.join(POLICIES[1:])}")
     s.add_argument("--seed", type=int, default=0, help="seed of arrivals, routing and scrape phases (default 0)")
     s.add_argument("--routing", choices=ROUTINGS, default="even",
-                   help="how requests reach ready replicas: even (a Kubernetes Service, the default) or least-outstanding "
-                        "(a front that sends each to the replica with the fewest in flight: what such a front would buy)")
+                   help="how requests reach ready replicas: even (a Kubernetes Service, the default), least-outstanding "
+                        "(a front that sends each to the replica with the fewest in flight: what such a front would buy) or "
+                        "power-of-two (vllm-router's powerOfTwo: the fewer in flight of two replicas at random)")
     s.add_argument("--output", choices=("text", "json"), default="text", help="text (default) or one JSON object")
     s.add_argument("--scrape-interval", type=_number(float, positive=True), default=DEFAULT_SCRAPE_SECONDS, metavar="SECONDS",
                    help=f"seconds between Prometheus scrapes of a pod (default {DEFAULT_SCRAPE_SECONDS:g})")

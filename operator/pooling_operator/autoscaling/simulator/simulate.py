@@ -69,8 +69,13 @@ class Policy(Protocol):
 #   even                a Kubernetes Service (kube-proxy): every ready replica equally likely, whatever it holds
 #   least-outstanding   a front that knows each replica's requests in flight and sends to the fewest (ties at
 #                       random), as a gateway's least-request balancing does; what a smarter front would buy
-Routing = Literal["even", "least-outstanding"]
-ROUTINGS: tuple[Routing, ...] = ("even", "least-outstanding")
+#   power-of-two        vllm-router's power_of_two (spec.routing.vllmRouter, policy powerOfTwo): two distinct ready
+#                       replicas at random, the one with fewer requests in flight, the first on a tie
+#                       (src/policies/power_of_two.rs 0.1.17: `if load1 <= load2`); in discovery mode its load is
+#                       the router's own count of what it sent and has not had back. One router's view: with
+#                       several router replicas each counts only its own share
+Routing = Literal["even", "least-outstanding", "power-of-two"]
+ROUTINGS: tuple[Routing, ...] = ("even", "least-outstanding", "power-of-two")
 
 
 @dataclass(frozen=True)
@@ -315,13 +320,24 @@ class ServiceRun:
         """The replica a request arriving at t goes to (Setup.routing)."""
         if self.setup.routing == "even":
             return serving[self._route.randrange(len(serving))]
-        for q in serving:  # what each holds at t: run it up to t first (nothing is submitted behind its clock)
-            for done in q.replica.advance(t):
-                self._record.add(done)
-                q.last_finish = done.finish
+        if self.setup.routing == "power-of-two":
+            if len(serving) == 1:
+                return serving[0]
+            first, second = self._route.sample(serving, 2)
+            self._advance(first, t)
+            self._advance(second, t)
+            return first if first.replica.in_flight <= second.replica.in_flight else second
+        for q in serving:
+            self._advance(q, t)
         least = min(q.replica.in_flight for q in serving)
         tied = [q for q in serving if q.replica.in_flight == least]
         return tied[0] if len(tied) == 1 else tied[self._route.randrange(len(tied))]
+
+    def _advance(self, q: _Pod, t: float) -> None:
+        """What a replica holds at t: run it up to t first (nothing is submitted behind its clock)."""
+        for done in q.replica.advance(t):
+            self._record.add(done)
+            q.last_finish = done.finish
 
     def next_time(self) -> float:
         t = self.t
