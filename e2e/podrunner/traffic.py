@@ -30,6 +30,11 @@ from e2e.standin.exporters import pod_ready
 from pooling_operator.vllm.metrics import target_labels
 
 FOLLOW_SECONDS = 0.2  # how often the followers list pods and slices (kube-proxy's watch, as a poll)
+# vLLM's HTTP server closes a kept-alive connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py 111 in
+# 0.32): a request written on it as it closes fails before the server reads it (BrokenPipe, RemoteDisconnected),
+# a loss of the client's making, not the server's. A connection idle this long is replaced before it is used, as
+# a pooling client with an idle timeout below its server's does (the 2026-12-07 run 3c239c6 lost one such).
+STALE_AFTER_SECONDS = 3.0
 
 
 def _local_port(runner: PodRunner, namespace: str, pod: str, port: str = "http") -> int | None:
@@ -177,6 +182,7 @@ class SliceClient(_Follower):
 
     def _send_loop(self, stop: threading.Event, deadline: float) -> None:
         conns: dict[int, http.client.HTTPConnection] = {}
+        used: dict[int, float] = {}  # when each kept connection last had an answer
         try:
             while not stop.is_set() and time.monotonic() < deadline:
                 target = self._next()
@@ -185,6 +191,8 @@ class SliceClient(_Follower):
                     continue
                 pod, port = target
                 began = time.monotonic()
+                if port in conns and began - used[port] >= STALE_AFTER_SECONDS:
+                    conns.pop(port).close()  # the server may close it as we write: never a request it was sent
                 conn = conns.get(port) or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
                 try:
                     conn.request("POST", self.path, body=self.body, headers=self.headers)
@@ -193,6 +201,7 @@ class SliceClient(_Follower):
                     why = "" if resp.status == 200 else answer[:300].decode(errors="replace")
                     self._record(Outcome(began, time.monotonic() - began, pod, resp.status, why))
                     conns[port] = conn
+                    used[port] = time.monotonic()
                 except (OSError, http.client.HTTPException) as exc:
                     self._record(Outcome(began, time.monotonic() - began, pod, 0, repr(exc)))
                     conn.close()
