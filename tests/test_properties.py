@@ -26,9 +26,11 @@ from hypothesis import given, settings
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.identity import labels
 from pooling_operator.api.policy import policy_for
-from pooling_operator.builders import BuildContext, build
+from pooling_operator.builders import BuildContext, build, names
+from pooling_operator.builders.router import router_pod_labels
 from pooling_operator.vllm.contract import contract, resolve_version
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import workload
 from tests.factories import pooling
 from tests.properties_paths import path_problem
 from tests.properties_support import (
@@ -85,7 +87,10 @@ def check_render(result: Any) -> None:
             assert meta.get("namespace") == namespace, (child["kind"], meta)
         else:
             assert "namespace" not in meta, (child["kind"], meta)
-        for key, value in want_labels.items():
+        # the router's children are the service's, labelled as the router's (builders/router.py): no selector of
+        # the service's takes them
+        routers = getattr(resource.spec, "routing", None) is not None and meta["name"] == names.router(resource.metadata.name)
+        for key, value in (router_pod_labels(workload(resource)) if routers else want_labels).items():
             assert (meta.get("labels") or {}).get(key) == value, (child["kind"], meta.get("labels"))
         assert (child["kind"], meta["name"]) not in seen, f"two {child['kind']} named {meta['name']}"
         seen.add((child["kind"], meta["name"]))

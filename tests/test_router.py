@@ -172,3 +172,60 @@ def test_resources_and_replicas_are_the_routers_own() -> None:
     (c,) = d["template"]["spec"]["containers"]
     assert d["replicas"] == 3 and c["image"] == "registry.local/vllm-router:v0.1.17"
     assert c["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
+
+
+def test_with_a_network_policy_the_router_admits_only_the_client_namespaces_too() -> None:
+    policy = {"clientNamespaces": {"matchLabels": {"team": "search"}}}
+    got = objects(routed({"networkPolicy": policy, "service": {"port": 8080}}))
+    np = got[("NetworkPolicy", "minilm-router")]["spec"]
+    assert np["podSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "minilm", "app.kubernetes.io/component": "router"}}
+    clients, monitoring = np["ingress"]
+    assert clients == {"from": [{"namespaceSelector": {"matchLabels": {"team": "search"}}}], "ports": [{"protocol": "TCP", "port": 8080}]}
+    assert {"protocol": "TCP", "port": 29000} in monitoring["ports"]  # its own metrics
+    assert ("NetworkPolicy", "minilm-router") not in objects(routed())  # no policy asked for: none for the router either
+
+
+def test_no_selector_of_the_services_takes_the_routers_objects() -> None:
+    got = objects(routed({"monitoring": {"serviceMonitor": True, "podMonitor": True}}))
+    selectors = [got[("ServiceMonitor", "minilm")]["spec"]["selector"]["matchLabels"],
+                 got[("PodMonitor", "minilm")]["spec"]["selector"]["matchLabels"]]  # fmt: skip
+    for (kind, name), obj in got.items():
+        if name == "minilm-router":
+            labels = obj["metadata"]["labels"]
+            assert labels["app.kubernetes.io/component"] == "router", kind
+            for selector in selectors:
+                assert not all(labels.get(k) == v for k, v in selector.items()), kind
+
+
+def test_the_routers_pods_drain_and_take_pull_secrets_tolerations_and_priority_but_not_gpu_placement() -> None:
+    template = {"imagePullSecrets": [{"name": "mirror"}], "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "priorityClassName": "serving", "nodeSelector": {"gpu": "h100"}}  # fmt: skip
+    pod = objects(routed({"template": template}))[("Deployment", "minilm-router")]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "mirror"}] and pod["priorityClassName"] == "serving"
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}] and "nodeSelector" not in pod
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert pod["terminationGracePeriodSeconds"] >= 10
+
+
+def test_the_routers_metrics_port_is_refused_as_the_serving_port() -> None:
+    errs = problems(routed({"service": {"port": 29000}}), "error")
+    assert errs and errs[0].startswith("spec.service.port: 29000 is the router's own metrics port"), errs
+    assert not problems(pooling({"service": {"port": 29000}}), "error")
+
+
+def _deployment(ready: int, replicas: int = 2) -> dict[str, Any]:
+    return {"metadata": {"generation": 1}, "spec": {"replicas": replicas},
+            "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready, "updatedReplicas": replicas}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("router", "ready", "reason"),
+    [(None, "False", "RouterNotReady"), (_deployment(0), "False", "RouterNotReady"), (_deployment(1), "True", "Available")],
+)
+def test_ready_waits_for_the_router(router: dict[str, Any] | None, ready: str, reason: str) -> None:
+    resource = valid(routed({"replicas": 2}))
+    status = service_status(resource, contract("0.33"), [], _deployment(2), [], router=router)
+    cond = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (cond["status"], cond["reason"]) == (ready, reason), cond
+    unrouted = valid(pooling({"replicas": 2}, name="minilm", namespace="search"))
+    assert next(c for c in service_status(unrouted, contract("0.33"), [], _deployment(2), [])["conditions"] if c["type"] == "Ready")["status"] == "True"

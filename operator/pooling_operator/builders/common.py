@@ -23,6 +23,16 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 TIME_SLICED_RESOURCE = "nvidia.com/gpu.shared"  # the device plugin's renamed time-sliced resource (renameByDefault)
 SERVER_CONTAINER = "vllm"  # the container running `vllm serve`, in a service's pods and a job's (as a sidecar)
 GPU_CLAIM = "gpu"  # a DRA share's claim, in the pod's resourceClaims and the container's resources.claims
+# Scale-down never drops a request in flight: on deletion the pod first pauses (longer than the readiness
+# probe's period, so endpoints and load balancers stop sending to it while it still answers), then the server
+# gets SIGTERM and finishes what it holds; the grace period covers the pause and the longest request. vLLM's
+# pods and the router's (builders/router.py) alike.
+PRESTOP_PAUSE_SECONDS = 10
+LONGEST_REQUEST_SECONDS = 120
+TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
+DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
+# The label the API server puts on every namespace: its name (Kubernetes 1.22+).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,22 @@ from typing import Any
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_LABELS, selector_labels
 from pooling_operator.api.routing import POLICIES, ROUTER_VERSION, VllmRouterSpec
+from pooling_operator.api.services import NetworkPolicySpec
 from pooling_operator.builders import names
-from pooling_operator.builders.common import CONTAINER_SECURITY, metadata
+from pooling_operator.builders.common import (
+    CONTAINER_SECURITY,
+    DRAIN_LIFECYCLE,
+    NAMESPACE_NAME_LABEL,
+    TERMINATION_GRACE_SECONDS,
+    metadata,
+)
+from pooling_operator.vllm.router import (
+    METRICS_PORT,  # the router's own Prometheus listener (--prometheus-port; its default)
+)
 from pooling_operator.vllm.workload import Workload
 
 ROUTER_COMPONENT = "router"
 ROUTER_CONTAINER = "router"
-METRICS_PORT = 29000  # the router's own Prometheus listener (--prometheus-port; its default)
 # vllm-router logs one INFO line per request under power_of_two (src/policies/power_of_two.rs 82-89); error is a
 # level both its launchers accept (the image's Rust CLI: debug|info|warn|error).
 LOG_LEVEL = "error"
@@ -35,6 +44,15 @@ def router_pod_labels(w: Workload) -> dict[str, str]:
 
 def router_selector(w: Workload) -> dict[str, str]:
     return {INSTANCE_LABEL: w.name, COMPONENT_LABEL: ROUTER_COMPONENT}
+
+
+def router_metadata(w: Workload, uid: str | None) -> dict[str, Any]:
+    """A router child's metadata: owned by the service, but labelled as the router (component `router`), so no
+    selector of the service's (a ServiceMonitor's, a PodMonitor's, a dashboard's) takes the router for the
+    service's pods: the router answers /metrics with one worker's, picked by its policy."""
+    meta = metadata(w, names.router(w.name), uid)
+    meta["labels"] = router_pod_labels(w)
+    return meta
 
 
 def router_args(w: Workload, spec: VllmRouterSpec, port: int) -> list[str]:
@@ -73,6 +91,8 @@ def router_deployment(resource: PoolingService | ScoringService, w: Workload) ->
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "readinessProbe": _probe("/readiness", 5, 2),
+        # it stops accepting on SIGTERM (src/server.rs): out of the Service's endpoints first, as vLLM's pods are
+        "lifecycle": DRAIN_LIFECYCLE,
         "livenessProbe": _probe("/liveness", 10, 3),
         "resources": {"requests": {"cpu": r.resources.cpu, "memory": r.resources.memory}, "limits": {"memory": r.resources.memory}},
         "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
@@ -80,40 +100,78 @@ def router_deployment(resource: PoolingService | ScoringService, w: Workload) ->
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(w, name, resource.metadata.uid),
+        "metadata": router_metadata(w, resource.metadata.uid),
         "spec": {
             "replicas": r.replicas,
             "selector": {"matchLabels": router_selector(w)},
             "revisionHistoryLimit": 5,
             "template": {
                 "metadata": {"labels": router_pod_labels(w), "annotations": {"vllm-pooling.io/router-version": ROUTER_VERSION}},
-                "spec": {"serviceAccountName": name, "securityContext": ROUTER_SECURITY, "containers": [container]},
+                "spec": {"serviceAccountName": name, "securityContext": ROUTER_SECURITY, "containers": [container],
+                         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS, **_from_template(resource)},
             },
         },
     }
 
 
-def router_children(resource: PoolingService | ScoringService, w: Workload) -> list[dict[str, Any]]:
+def _from_template(resource: PoolingService | ScoringService) -> dict[str, Any]:
+    """What the router's pods take of spec.template: image pull secrets (a mirrored router image), tolerations
+    and the priority class; not the node selector or affinity, which place GPU servers."""
+    t = resource.spec.template
+    out: dict[str, Any] = {}
+    if t is not None and t.image_pull_secrets:
+        out["imagePullSecrets"] = [ref.wire() for ref in t.image_pull_secrets]
+    if t is not None and t.tolerations:
+        out["tolerations"] = [x.wire() for x in t.tolerations]
+    if t is not None and t.priority_class_name:
+        out["priorityClassName"] = t.priority_class_name
+    return out
+
+
+def router_network_policy(resource: PoolingService | ScoringService, w: Workload, np: NetworkPolicySpec,
+                          front_namespace: str | None) -> dict[str, Any]:
+    """With spec.networkPolicy, the router's pods get the policy the service's pods would: the client namespaces
+    on the serving port, the monitoring namespace (also on its metrics port), a front's namespace."""
+    port = resource.spec.service.port
+    ports = [{"protocol": "TCP", "port": port}]
+    clients: dict[str, Any] = {"podSelector": {}} if np.client_namespaces is None else {"namespaceSelector": np.client_namespaces.wire()}
+    ingress: list[dict[str, Any]] = [{"from": [clients], "ports": ports}]
+    if np.monitoring_namespace:
+        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}],
+                        "ports": [*ports, {"protocol": "TCP", "port": METRICS_PORT}]})
+    a = resource.spec.autoscaling
+    if a is not None and a.front is not None and front_namespace:
+        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": router_metadata(w, resource.metadata.uid),
+        "spec": {"podSelector": {"matchLabels": router_selector(w)}, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
+def router_children(resource: PoolingService | ScoringService, w: Workload, front_namespace: str | None = None) -> list[dict[str, Any]]:
     """Every child of the router, those its pods name first: the ServiceAccount, a Role that may only read the
     namespace's pods (what its discovery lists and watches), its RoleBinding, the Deployment, a Service of the
-    service's type and port (what clients reach; the pods' own Service stays for the front-less and the
-    monitors) and a PodDisruptionBudget of one."""
+    service's type and port (what clients reach; the pods' own Service stays, ClusterIP, for the monitors),
+    a PodDisruptionBudget of one and, with spec.networkPolicy, the router's own NetworkPolicy."""
     uid = resource.metadata.uid
     name = names.router(w.name)
     subject = {"kind": "ServiceAccount", "name": name, **({"namespace": w.namespace} if w.namespace else {})}
     s = resource.spec.service
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(w, name, uid)},
+    meta = router_metadata(w, uid)
+    children = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": metadata(w, name, uid),
+            "metadata": meta,
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": metadata(w, name, uid),
+            "metadata": meta,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [subject],
         },
@@ -121,7 +179,7 @@ def router_children(resource: PoolingService | ScoringService, w: Workload) -> l
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(w, name, uid),
+            "metadata": meta,
             "spec": {
                 "type": s.type,
                 "selector": router_selector(w),
@@ -131,7 +189,10 @@ def router_children(resource: PoolingService | ScoringService, w: Workload) -> l
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": metadata(w, name, uid),
+            "metadata": meta,
             "spec": {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {"matchLabels": router_selector(w)}},
         },
     ]
+    if resource.spec.network_policy is not None:
+        children.append(router_network_policy(resource, w, resource.spec.network_policy, front_namespace))
+    return children

@@ -15,10 +15,15 @@ from pooling_operator.api.policy import (
     resolve_targets,
 )
 from pooling_operator.builders import names
-from pooling_operator.builders.common import (
+from pooling_operator.builders.common import (  # noqa: F401  (the drain constants re-exported: their users import them from here)
     CONTAINER_SECURITY,
+    DRAIN_LIFECYCLE,
+    LONGEST_REQUEST_SECONDS,
+    NAMESPACE_NAME_LABEL,
     POD_SECURITY,
+    PRESTOP_PAUSE_SECONDS,
     SERVER_CONTAINER,
+    TERMINATION_GRACE_SECONDS,
     BuildContext,
     CacheMount,
     dra_claim_templates,
@@ -50,13 +55,6 @@ from pooling_operator.vllm.workload import Workload, workload
 Service = PoolingService | ScoringService
 SCRAPE_INTERVAL = "15s"
 KEDA_POLLING_SECONDS = 15
-# Scale-down never drops a request in flight: on deletion the pod first pauses (longer than the readiness
-# probe's period, so endpoints and load balancers stop sending to it while it still answers), then vLLM gets
-# SIGTERM and finishes what it holds; the grace period covers the pause and the longest request.
-PRESTOP_PAUSE_SECONDS = 10
-LONGEST_REQUEST_SECONDS = 120
-TERMINATION_GRACE_SECONDS = PRESTOP_PAUSE_SECONDS + LONGEST_REQUEST_SECONDS
-DRAIN_LIFECYCLE = {"preStop": {"sleep": {"seconds": PRESTOP_PAUSE_SECONDS}}}
 
 
 def deployment(resource: Service, w: Workload, argv: list[str], model_cache: CacheMount | None = None,
@@ -249,8 +247,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-# The label the API server puts on every namespace: its name (Kubernetes 1.22+).
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def network_policy(resource: Service, w: Workload, front_namespace: str | None = None) -> dict[str, Any]:
@@ -301,5 +297,5 @@ def build_service(resource: Service, c: Contract, ctx: BuildContext, w: Workload
     if spec.network_policy is not None:
         objects.append(network_policy(resource, w, ctx.settings.keda_http_namespace))
     if spec.routing is not None:
-        objects.extend(router_children(resource, w))
+        objects.extend(router_children(resource, w, ctx.settings.keda_http_namespace))
     return objects

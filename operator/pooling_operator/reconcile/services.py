@@ -17,6 +17,7 @@ from pooling_operator.api import messages as M
 from pooling_operator.api.front_hosts import held_message
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.resources import Resource, claims_space, family
+from pooling_operator.builders import names
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
 from pooling_operator.reconcile.built import built
@@ -103,8 +104,9 @@ class Services:
         pods = ctx.cache.pods_of(owner_key(body))
         wanted = next((o["metadata"]["name"] for o in desired.built.desired if o["kind"] == "ResourceClaimTemplate"), None)
         template = current.get(("ResourceClaimTemplate", wanted)) if wanted else None  # not an old one still in use
+        router = current.get(("Deployment", names.router(meta["name"]))) if resource.spec.routing is not None else None
         status = service_status(resource, plan.contract, plan.argv, deployment, pods, plan.workload, template,
-                                ctx.settings.keda_http_interceptor)
+                                ctx.settings.keda_http_interceptor, router)
         if desired.why_left_out is not None:
             front_withheld(status, resource, desired.why_left_out)
         if resource.spec.space_check is not None:

@@ -48,6 +48,7 @@ AUTOSCALER_TYPES = (METRICS_AVAILABLE, SCALING_LIMITED, SCALED_TO_ZERO_TYPE)  # 
 AVAILABLE = "Available"  # True: desired replicas ready
 REPLICAS_NOT_READY = "ReplicasNotReady"  # False: fewer ready than desired
 SCALED_TO_ZERO = "ScaledToZero"  # False: 0 replicas desired
+ROUTER_NOT_READY = "RouterNotReady"  # False: the replicas are ready but the router in front (spec.routing) is not
 # SpecValid (also Ready=False with the same reason)
 VALID = "Valid"  # True
 INVALID_SPEC = "InvalidSpec"  # False: a rule is broken; the message names the field

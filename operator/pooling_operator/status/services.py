@@ -136,6 +136,20 @@ def service_url(resource: PoolingService | ScoringService) -> str:
     return f"http://{name}.{meta.namespace or 'default'}.svc:{resource.spec.service.port}"
 
 
+def _router_ready(ready_cond: dict[str, Any], router: dict[str, Any] | None, name: str, generation: int | None) -> dict[str, Any]:
+    """Clients reach the router: the replicas' readiness counts only once it has a ready replica itself (it is
+    ready once it has found a ready vLLM pod: /readiness)."""
+    router_name = names.router(name)
+    if router is None:
+        message = f"{ready_cond['message'][:-1]}, but the router's Deployment {router_name} is being created."
+    elif ((router.get("status") or {}).get("readyReplicas") or 0) < 1:
+        message = (f"{ready_cond['message'][:-1]}, but the router (Deployment {router_name}) has no ready replica: "
+                   "status.endpoint answers nothing (its pods' events and logs say why).")  # fmt: skip
+    else:
+        return ready_cond
+    return condition(C.READY, False, C.ROUTER_NOT_READY, message, generation)
+
+
 def service_status(
     resource: PoolingService | ScoringService,
     c: Contract,
@@ -145,10 +159,12 @@ def service_status(
     w: Workload | None = None,
     claim_template: dict[str, Any] | None = None,
     interceptor: str = KEDA_HTTP_INTERCEPTOR,
+    router: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole status (conditions without timestamps) of a valid service; `w` is its workload view when the
     caller has it (the reconcile's plan does); `claim_template` its observed ResourceClaimTemplate (a DRA share);
-    `interceptor` the KEDA HTTP add-on's proxy, the endpoint of a service it fronts."""
+    `interceptor` the KEDA HTTP add-on's proxy, the endpoint of a service it fronts; `router` the observed
+    Deployment of its router (spec.routing), which must have a ready replica for Ready."""
     meta, spec = resource.metadata, resource.spec
     generation = meta.generation
     w = w or workload(resource)
@@ -205,6 +221,8 @@ def service_status(
             # At a glance (kubectl get shows Ready's reason): the controller's or scheduler's own words.
             ready_cond = condition(C.READY, False, placement.reason, f"{message[:-1]}: {placement.message}", generation)
 
+    if spec.routing is not None and ready_cond["status"] == "True":
+        ready_cond = _router_ready(ready_cond, router, resource.metadata.name, generation)
     service_routes = client_routes(resource, c, w)
     status: dict[str, Any] = {
         "observedGeneration": generation,

@@ -38,7 +38,15 @@ ALTERED = {
     "/v1/embeddings": "re-serialized as OpenAI's request (model, input, encoding_format, user, dimensions): vLLM's "
     "own fields (truncate_prompt_tokens, normalize, priority) are dropped and chat messages are refused; "
     "/pooling carries them as written",
+    # read from its sources, not run (no generating model in bench/router_real.py): the typed chat and completions
+    # requests are re-serialized with the router's own defaults for fields left out (src/protocols/spec.rs)
+    "/v1/completions": "re-serialized with the router's defaults for fields the client left out (ignore_eos, "
+    "skip_special_tokens, no_stop_trim)",
+    "/v1/chat/completions": "re-serialized with the router's defaults for fields the client left out (ignore_eos, "
+    "skip_special_tokens, no_stop_trim)",
 }
+# The router's own Prometheus listener (--prometheus-port, builders/router.py): the serving port cannot be it.
+METRICS_PORT = 29000
 # vLLM answers /v2/rerank with the handler and the shapes of /rerank (entrypoints/pooling/scoring/api_router.py):
 # the scoring route of a routed service.
 ROUTED_RERANK = "/v2/rerank"
@@ -80,6 +88,9 @@ def routing_problems(resource: PoolingService | ScoringService, w: Workload, c: 
         return
     if resource.spec.service.api_key_secret_ref is not None:
         yield Problem("spec.routing", M.ROUTER_NO_API_KEY)
+    if resource.spec.service.port == METRICS_PORT:
+        yield Problem("spec.service.port", f"{METRICS_PORT} is the router's own metrics port (routing.vllmRouter); "
+                      "any other port from 1 to 65535")  # fmt: skip
     if c is None:
         return  # the version's own problem is said elsewhere
     served = served_routes(resource, c, w)
