@@ -229,3 +229,15 @@ def test_ready_waits_for_the_router(router: dict[str, Any] | None, ready: str, r
     assert (cond["status"], cond["reason"]) == (ready, reason), cond
     unrouted = valid(pooling({"replicas": 2}, name="minilm", namespace="search"))
     assert next(c for c in service_status(unrouted, contract("0.33"), [], _deployment(2), [])["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+
+def test_a_server_none_of_whose_routes_pass_is_refused_naming_its_mode_and_each_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no task or mode of 0.32/0.33 is in this position today: the rule is held here with the served routes of a
+    # hypothetical version whose scoring server answers only the routes the router breaks
+    from pooling_operator.vllm import router
+
+    monkeypatch.setattr(router, "served_routes", lambda *_: ["/rerank", "/v1/rerank"])
+    errs = problems(scoring({"routing": ROUTING}), "error")
+    assert len(errs) == 1 and errs[0].startswith("spec.routing.vllmRouter: vllm-router 0.1.17 carries none of the routes a "
+                                                 "server of mode crossEncoder answers (/rerank, /v1/rerank)"), errs
+    assert "remove routing" in errs[0] and not [w for w in problems(scoring({"routing": ROUTING}), "warning") if "does not pass" in w]

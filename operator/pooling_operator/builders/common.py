@@ -309,3 +309,22 @@ POD_SECURITY = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def served_ingress(resource: Any, front_namespace: str | None, extra_monitoring_ports: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """The ingress rules of a server's NetworkPolicy (spec.networkPolicy), on the serving port: from the client
+    namespaces (default: the resource's own), from the monitoring namespace (also on `extra_monitoring_ports`),
+    and with a front from its namespace (`front_namespace`: the KEDA HTTP add-on's interceptor forwards the
+    requests it holds). vLLM's pods and the router's alike (builders/services.py, builders/router.py)."""
+    np = resource.spec.network_policy
+    assert np is not None
+    ports = [{"protocol": "TCP", "port": resource.spec.service.port}]
+    clients: dict[str, Any] = {"podSelector": {}} if np.client_namespaces is None else {"namespaceSelector": np.client_namespaces.wire()}
+    ingress: list[dict[str, Any]] = [{"from": [clients], "ports": ports}]
+    if np.monitoring_namespace:
+        monitoring = [*ports, *({"protocol": "TCP", "port": p} for p in extra_monitoring_ports)]
+        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}], "ports": monitoring})
+    a = resource.spec.autoscaling
+    if a is not None and a.front is not None and front_namespace:
+        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
+    return ingress

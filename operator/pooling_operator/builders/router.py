@@ -15,14 +15,13 @@ from typing import Any
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_LABELS, selector_labels
 from pooling_operator.api.routing import POLICIES, ROUTER_VERSION, VllmRouterSpec
-from pooling_operator.api.services import NetworkPolicySpec
 from pooling_operator.builders import names
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
     DRAIN_LIFECYCLE,
-    NAMESPACE_NAME_LABEL,
     TERMINATION_GRACE_SECONDS,
     metadata,
+    served_ingress,
 )
 from pooling_operator.vllm.router import (
     METRICS_PORT,  # the router's own Prometheus listener (--prometheus-port; its default)
@@ -128,25 +127,15 @@ def _from_template(resource: PoolingService | ScoringService) -> dict[str, Any]:
     return out
 
 
-def router_network_policy(resource: PoolingService | ScoringService, w: Workload, np: NetworkPolicySpec,
-                          front_namespace: str | None) -> dict[str, Any]:
-    """With spec.networkPolicy, the router's pods get the policy the service's pods would: the client namespaces
-    on the serving port, the monitoring namespace (also on its metrics port), a front's namespace."""
-    port = resource.spec.service.port
-    ports = [{"protocol": "TCP", "port": port}]
-    clients: dict[str, Any] = {"podSelector": {}} if np.client_namespaces is None else {"namespaceSelector": np.client_namespaces.wire()}
-    ingress: list[dict[str, Any]] = [{"from": [clients], "ports": ports}]
-    if np.monitoring_namespace:
-        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}],
-                        "ports": [*ports, {"protocol": "TCP", "port": METRICS_PORT}]})
-    a = resource.spec.autoscaling
-    if a is not None and a.front is not None and front_namespace:
-        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
+def router_network_policy(resource: PoolingService | ScoringService, w: Workload, front_namespace: str | None) -> dict[str, Any]:
+    """With spec.networkPolicy, the router's pods get the policy the service's pods would (builders.common.
+    served_ingress), the monitoring namespace also on the router's metrics port."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": router_metadata(w, resource.metadata.uid),
-        "spec": {"podSelector": {"matchLabels": router_selector(w)}, "policyTypes": ["Ingress"], "ingress": ingress},
+        "spec": {"podSelector": {"matchLabels": router_selector(w)}, "policyTypes": ["Ingress"],
+                 "ingress": served_ingress(resource, front_namespace, (METRICS_PORT,))},
     }
 
 
@@ -194,5 +183,5 @@ def router_children(resource: PoolingService | ScoringService, w: Workload, fron
         },
     ]
     if resource.spec.network_policy is not None:
-        children.append(router_network_policy(resource, w, resource.spec.network_policy, front_namespace))
+        children.append(router_network_policy(resource, w, front_namespace))
     return children

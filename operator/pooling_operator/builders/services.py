@@ -33,6 +33,7 @@ from pooling_operator.builders.common import (  # noqa: F401  (the drain constan
     placement,
     pod_metadata,
     resource_requirements,
+    served_ingress,
     vllm_env,
     vllm_volumes,
 )
@@ -250,23 +251,11 @@ def _num(x: float) -> str:
 
 
 def network_policy(resource: Service, w: Workload, front_namespace: str | None = None) -> dict[str, Any]:
-    """Ingress to the pods only on the serving port (which also serves /metrics), from the client namespaces
-    (default: the service's own), from the monitoring namespace, and with a front from its namespace
-    (`front_namespace`: the KEDA HTTP add-on's interceptor forwards the requests it holds)."""
-    np = resource.spec.network_policy
-    assert np is not None
-    ports = [{"protocol": "TCP", "port": resource.spec.service.port}]
-    clients: dict[str, Any] = {"podSelector": {}} if np.client_namespaces is None else {"namespaceSelector": np.client_namespaces.wire()}
-    ingress: list[dict[str, Any]] = [{"from": [clients], "ports": ports}]
-    if np.monitoring_namespace:
-        ingress.append(
-            {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: np.monitoring_namespace}}}], "ports": ports}
-        )
-    a = resource.spec.autoscaling
-    if a is not None and a.front is not None and front_namespace:
-        ingress.append({"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: front_namespace}}}], "ports": ports})
-    if resource.spec.routing is not None:  # the router's pods, whatever the client namespaces are
-        ingress.append({"from": [{"podSelector": {"matchLabels": router_selector(w)}}], "ports": ports})
+    """Ingress to the pods only on the serving port (which also serves /metrics): builders.common.served_ingress,
+    and with routing from the router's pods, whatever the client namespaces are."""
+    ingress = served_ingress(resource, front_namespace)
+    if resource.spec.routing is not None:
+        ingress.append({"from": [{"podSelector": {"matchLabels": router_selector(w)}}], "ports": ingress[0]["ports"]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
