@@ -163,7 +163,6 @@ def load(target: Any, rate: float, seconds: float, long_share: float, seed: int,
         plan.append((t, " ".join(rng.choice(WORDS) for _ in range(n))))
     latencies: list[float] = []
     lost = 0
-    took: dict[str, int] = {}
     lock = threading.Lock()
 
     def one(i: int, text: str) -> None:
@@ -187,7 +186,7 @@ def load(target: Any, rate: float, seconds: float, long_share: float, seed: int,
             f.result()
     latencies.sort()
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
-    return {"sent": len(plan), "lost": lost, "p50": q[49], "p99": q[98], "mean": statistics.fmean(latencies) if latencies else None, "took": took}
+    return {"sent": len(plan), "lost": lost, "p50": q[49], "p99": q[98], "mean": statistics.fmean(latencies) if latencies else None}
 
 
 def served_counts(urls: list[str]) -> list[float]:
@@ -210,10 +209,9 @@ def load_part(rt: runtime.Runtime, a: argparse.Namespace) -> list[dict[str, Any]
     try:
         print(f"\n2. load: replica 0 at {fast_url} (core 0), replica 1 at {slow_url} (core 1 beside a busy loop); "
               f"{a.rate}/s for {a.seconds:.0f} s, {a.long_share:.0%} long inputs, seed {a.seed}")  # fmt: skip
-        ways: list[tuple[str, Any, Any]] = [("Service (even)", None, None)]
-        for policy in ("power_of_two", "round_robin"):
-            ways.append((f"router {policy}", policy, None))
-        for name, policy, _ in ways:
+        ways: list[tuple[str, str | None]] = [("Service (even)", None), ("router power_of_two", "power_of_two"),
+                                               ("router round_robin", "round_robin")]
+        for name, policy in ways:
             before = served_counts(urls)
             router = None
             if policy is None:
