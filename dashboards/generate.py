@@ -6,7 +6,8 @@ query's series on the real Prometheus scraping the real operator and vLLM's expo
 - Fleet: resources by kind and namespace, replicas desired and ready, services held by a bound, GPUs held per
   namespace (chargeback), replica start-up per phase (p50, p90), what is not well.
 - Service (namespace, name): request rate, p50 and p99 against the target, queue and requests in the system,
-  arrivals against a replica's learned capacity, the autoscaler's decision beside the replicas, scale changes.
+  GPUs held and GPU-seconds per million tokens and inputs (the cost), arrivals against a replica's learned
+  capacity, the autoscaler's decision beside the replicas, scale changes.
 - Jobs (namespace): progress, rate and ETA per job, bytes against the storage budget, queued in Kueue.
 - Operator: reconciles and their duration, writes, API requests by verb, queue depth, leader, first pass.
 
@@ -138,6 +139,17 @@ def service() -> Dashboard:
         .with_panel(ts("Queue and requests in the system", "short", target(f"sum({V.WAITING}{{{pods}}})", "waiting"),
                        target(f"sum(rate({V.E2E_LATENCY}_sum{{{pods}}}[{RATE}]))", "in the system (Little's law)")))
         .with_panel(ts("Prompt tokens per second", "short", target(f"sum(rate({V.PROMPT_TOKENS}{{{pods}}}[{RATE}]))", "prompt tokens/s")))
+        .with_row(Row("Cost"))
+        .with_panel(ts("GPUs held", "short", target(f"sum({one(f'vllm_pooling_operator_gpus_held{{{SERVICES}}}')})", "GPUs held"),
+                       desc="Its pods, loading or serving, times what one holds (a share counts its fraction)."))
+        .with_panel(ts("GPU-seconds per million tokens and per million inputs", "short",
+                       target(f"sum({one(f'vllm_pooling_operator_gpus_held{{{SERVICES}}}')}) / (sum(rate({V.PROMPT_TOKENS}{{{pods}}}[{RATE}])) / 1e6)",
+                              "GPU-seconds per million tokens"),
+                       target(f"sum({one(f'vllm_pooling_operator_gpus_held{{{SERVICES}}}')}) / (sum(rate({V.SUCCESS}{{{pods}}}[{RATE}])) / 1e6)",
+                              "GPU-seconds per million inputs"),
+                       desc="What status.cost reports per whole window, here at every moment: the GPUs held over the tokens "
+                            "(inputs) served per second, in millions. With the policy's pricing.gpuHour, times the price / 3600 "
+                            "is the price of a million tokens."))
         .with_row(Row("Autoscaling"))
         .with_panel(ts("Replicas: the autoscaler's decision and what is ready", "short",
                        *(target(of(R, "state", s, SERVICES), s) for s in ("desired", "ready", "min", "max")),

@@ -28,6 +28,7 @@ from e2e.standin.hub import Hub
 from tests.unavailable import unavailable
 
 AUTOSCALE_SECONDS = 2.0  # the autoscaler's decision period in these tests (15 s in production)
+COST_WINDOW_SECONDS = 10  # status.cost's window in these tests (an hour in production): whole windows within a test
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +73,7 @@ def operator(cluster: ControlPlane, crds: list[str], hub: Hub) -> Iterator[Opera
         extra=["--hub-endpoint", hub.url, "--pod-addresses-from", str(pod_addresses(cluster))],
     )
     proc.env["VPO_AUTOSCALE_SECONDS"] = str(AUTOSCALE_SECONDS)
+    proc.env["VPO_COST_WINDOW_SECONDS"] = str(COST_WINDOW_SECONDS)
     proc.start()
     yield proc
     proc.stop()

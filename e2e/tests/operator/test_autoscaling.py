@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
-from e2e.harness.config import MIG_RESOURCE
+from e2e.harness.config import GPU_PRODUCT, MIG_RESOURCE
 from e2e.harness.poll import wait_for
 from e2e.kube.controlplane import ControlPlane
 from e2e.kube.prometheus import PrometheusServer, PrometheusUnavailable
 from e2e.operator_process import OperatorProcess
 from e2e.standin.exporters import READY_AFTER_ANNOTATION, ExporterFleet, write_load
 from e2e.standin.front import StandinFront
-from e2e.tests.operator.conftest import AUTOSCALE_SECONDS
+from e2e.tests.operator.conftest import AUTOSCALE_SECONDS, COST_WINDOW_SECONDS
 from e2e.tests.operator.test_services import _resyncs, apply, cond, events, get, operator_writes, path, svc
+from pooling_operator.api.clock import parse_time
 from pooling_operator.vllm.metrics import WAITING, matchers
 from tests.unavailable import unavailable
 
@@ -387,6 +388,9 @@ def test_an_idle_autoscaled_service_is_quiet(
             return obj if a.get("recommendations", {}).get("idle") == 1 and cond(obj, "Ready").get("status") == "True" else None
 
         wait_for(idle, timeout=90, what="an idle, Ready service with metrics")
+        # and status.cost of a whole window (the first, begun before the service, is shorter): the same every window
+        wait_for(lambda: (status(cluster, namespace, "emb").get("status") or {}).get("cost", {}).get("gpuSeconds") == COST_WINDOW_SECONDS,
+                 timeout=3 * COST_WINDOW_SECONDS + 10, what="the cost of a whole window")
         before, visits, posted = operator_writes(operator), _resyncs(operator), len(events(cluster, namespace, "emb"))
         started = time.monotonic()
         cluster.kubectl("annotate", "poolingservice", "-n", namespace, "emb", "e2e/nudge=quiet")  # a reconcile now
@@ -468,3 +472,38 @@ def test_an_idle_service_goes_to_zero_stays_there_and_the_fronts_demand_wakes_it
                            timeout=30, what="SpecValid=False for a route the add-on's CRD refuses")  # fmt: skip
         assert "InterceptorRoute" in refused["message"] and "coldStart" in refused["message"], refused
         print(f"add-on 0.15 and maxPendingRequests: {refused['message']}")
+
+
+def test_the_cost_of_a_known_load_per_million_tokens_and_priced(
+    cluster: ControlPlane, operator: OperatorProcess, prometheus: PrometheusServer, policy: Any, namespace: str, tmp_path: Path
+) -> None:
+    """status.cost on a known load: one replica of one GPU for a whole window holds window GPU-seconds; the stand-in
+    exporters serve 40 requests/s of 64 tokens each, so the tokens are 64 per input and near 40 x 64 x window;
+    the per-million figures and the price follow from them (the policy prices the product at 2.50 a GPU-hour)."""
+    load = tmp_path / "load.json"
+    write_load(load, requests_per_second=40, mean_tokens=64)
+    priced = policy(pricing={"currency": "USD", "gpuHour": {GPU_PRODUCT: "2.50"}})
+    apply(cluster, autoscaled(namespace, "emb", priced, maxReplicas=1))
+    with fleet(cluster, prometheus, namespace, "emb", load) as f:
+        f.wait_targets(1, timeout=60)
+        wait_for(lambda: metrics_flowing(cluster, namespace, "emb"), timeout=60, what="MetricsAvailable=True")
+        started = time.time()
+
+        def whole_window_with_traffic() -> dict[str, Any] | None:
+            c = (status(cluster, namespace, "emb").get("status") or {}).get("cost") or {}
+            end = parse_time(c.get("windowEnd"))
+            return c if end is not None and end.timestamp() - COST_WINDOW_SECONDS >= started and c.get("inputs") else None
+
+        cost = wait_for(whole_window_with_traffic, timeout=4 * COST_WINDOW_SECONDS + 20, what="the cost of a whole window of load")
+        print(f"\nstatus.cost: {cost}")
+        assert cost["window"] == f"{COST_WINDOW_SECONDS}s"
+        assert parse_time(cost["windowEnd"]).timestamp() % COST_WINDOW_SECONDS == 0  # type: ignore[union-attr]
+        assert cost["gpuSeconds"] == COST_WINDOW_SECONDS  # one pod of one GPU, the whole window
+        assert cost["promptTokens"] / cost["inputs"] == pytest.approx(64, rel=0.02)
+        assert cost["inputs"] == pytest.approx(40 * COST_WINDOW_SECONDS, rel=0.35)
+        per_million = cost["gpuSeconds"] / (cost["promptTokens"] / 1e6)
+        assert cost["gpuSecondsPerMillionTokens"] == pytest.approx(per_million, rel=1e-3)
+        assert cost["gpuSecondsPerMillionInputs"] == pytest.approx(cost["gpuSeconds"] / (cost["inputs"] / 1e6), rel=1e-3)
+        assert cost["pricePerMillionTokens"] == pytest.approx(2.5 * per_million / 3600, rel=1e-3)
+        assert cost["currency"] == "USD"
+        assert not f.failures

@@ -224,3 +224,24 @@ class AutoscalingStatus(Spec):
     last_scale_time: str | None = Field(default=None, description="When the autoscaler last changed replicas.")
     scaled_to_zero: ScaledToZeroStatus | None = Field(default=None, description=ScaledToZeroStatus.__doc__)
     reason: str | None = Field(default=None, description="Why the last decision was taken.")
+
+
+class CostStatus(Spec):
+    """What the service's GPUs cost per million tokens over the last whole window (written by the built-in
+    autoscaler, for services it scales; docs/cost.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    window: str | None = Field(default=None, description="The window's length, e.g. 3600s.")
+    window_end: str | None = Field(default=None, description="When the window ended (windows are whole and aligned).")
+    gpu_seconds: float | None = Field(
+        default=None, description="GPU-seconds the service's pods held in the window, loading or serving (a share counts its fraction)."
+    )
+    prompt_tokens: int | None = Field(default=None, description="Prompt tokens the pods served (vllm:prompt_tokens_total).")
+    inputs: int | None = Field(default=None, description="Inputs the pods served (vllm:request_success_total: one per input).")
+    gpu_seconds_per_million_tokens: float | None = Field(default=None, description="gpuSeconds per million prompt tokens.")
+    gpu_seconds_per_million_inputs: float | None = Field(default=None, description="gpuSeconds per million inputs.")
+    price_per_million_tokens: float | None = Field(
+        default=None, description="What a million prompt tokens cost at the policy's pricing.gpuHour for the service's GPU product."
+    )
+    currency: str | None = Field(default=None, description="The currency of pricePerMillionTokens (the policy's pricing.currency).")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StringConstraints
 
 from pooling_operator.api import messages as M
 from pooling_operator.api.base import StatusBase
@@ -67,6 +67,22 @@ class PolicyLimits(Spec):
     )
 
 
+PRICE_PATTERN = r"^(0|[1-9][0-9]{0,5})(\.[0-9]{1,6})?$"  # a decimal string: "2.50", "0.35", "12"
+Price = Annotated[str, StringConstraints(pattern=PRICE_PATTERN, max_length=13)]
+
+
+class Pricing(Spec):
+    """What a GPU-hour costs: turns each service's GPU-seconds into money (status.cost.pricePerMillionTokens)."""
+
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code of the prices, e.g. USD, EUR. Default USD.")
+    gpu_hour: dict[str, Price] = Field(
+        min_length=1, max_length=64,
+        description="Price of one GPU-hour by GPU product, as spec.resources.gpu.product names it (e.g. "
+        'NVIDIA-H100-80GB-HBM3: "2.50"), a decimal string. A service whose product is not listed, or that names '
+        "none, reports GPU-seconds and no price. A GPU share costs its fraction.",
+    )
+
+
 class AutoscalingPolicySpec(Spec):
     """Guardrails and defaults for autoscaled services."""
 
@@ -83,6 +99,7 @@ class AutoscalingPolicySpec(Spec):
     prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec, description=PrometheusSpec.__doc__)
     defaults: PolicyDefaults = Field(default_factory=PolicyDefaults, description=PolicyDefaults.__doc__)
     limits: PolicyLimits = Field(default_factory=PolicyLimits, description=PolicyLimits.__doc__)
+    pricing: Pricing | None = Field(default=None, description=Pricing.__doc__)
     allowed_backends: list[Backend] = Field(
         default_factory=lambda: ["operator", "keda"],
         description="Backends services may choose. Default [operator, keda].",

@@ -11,6 +11,7 @@ from pooling_operator.api.autoscaling import (  # noqa: F401  (re-exported: thei
     AutoscalingSpec,
     AutoscalingStatus,
     Backend,
+    CostStatus,
     PolicyRef,
     ScaleBehavior,
 )
@@ -351,6 +352,7 @@ class ServiceStatus(StatusBase):
     )
     effective: Effective | None = Field(default=None, description=Effective.__doc__)
     autoscaling: AutoscalingStatus | None = Field(default=None, description=AutoscalingStatus.__doc__)
+    cost: CostStatus | None = Field(default=None, description=CostStatus.__doc__)
     startup: StartupStatus | None = Field(default=None, description=StartupStatus.__doc__)
     space_check: SpaceCheckStatus | None = Field(default=None, description=SpaceCheckStatus.__doc__)
 

@@ -6,6 +6,10 @@ service's signals and Deployment, decides, and then hands out the namespace's GP
 (`limits.maxGPUsPerNamespace`: replicas × GPUs per pod of the owner's spec, summed over the namespace's
 autoscaled services; fixed-replica services are not counted) in one pass, so two services growing at once can never overshoot it. Scale-downs are counted first, growth is
 granted in name order. A task stops when its namespace has no tracked service left.
+
+Each period also records the GPUs each service's pods hold (what the reconcile's `vllm_pooling_operator_gpus_held`
+says: pods that exist × what one holds as placed) and, once per whole window, what they cost per million tokens
+(`status.cost`, cost.py).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from pooling_operator.api import PoolingService, ScoringService
-from pooling_operator.api.clock import rfc3339
+from pooling_operator.api.clock import parse_time, rfc3339
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
@@ -28,6 +33,7 @@ from pooling_operator.api.policy import (
     PrometheusSpec,
 )
 from pooling_operator.api.schema import duration_seconds
+from pooling_operator.autoscaling import cost as costs
 from pooling_operator.autoscaling.decide import (
     PERIOD_SECONDS,
     Budget,
@@ -45,9 +51,10 @@ from pooling_operator.autoscaling.zero_state import ZeroState
 from pooling_operator.k8s.api import FIELD_MANAGER, KINDS, ApiError, Kube, TransientError
 from pooling_operator.k8s.cache import Cache, owning_key, replica_managers
 from pooling_operator.status.placement import placement_problem
+from pooling_operator.status.services import placed_whole
 from pooling_operator.status.startup import typical_seconds
 from pooling_operator.vllm.memory import gpus_held
-from pooling_operator.vllm.metrics import Queries, service_queries
+from pooling_operator.vllm.metrics import COMPONENTS, Queries, matchers, service_queries
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +106,23 @@ class Tracked:
     state: State = field(default_factory=State)
     zero: ZeroState = field(default_factory=ZeroState)
     last_scale_time: str | None = None
+    price: tuple[Decimal, str] | None = None  # one GPU-hour of its product at its policy's pricing
+    created: float | None = None  # metadata.creationTimestamp, epoch seconds
+    held: costs.Held | None = None  # the GPUs its pods held, since the first read
+    cost: dict[str, Any] | None = None  # status.cost as last written (every status apply carries it)
+    cost_end: float | None = None  # the end of the last window reported (or found not watched whole)
 
     @property
     def may_zero(self) -> bool:
         """minReplicas 0 with a wake signal, decided here (zero.py)."""
         return self.decides and self.targets.min_replicas == 0 and self.wake_query is not None
+
+
+def _product(resource: PoolingService | ScoringService) -> str | None:
+    """The GPU product a service names (spec.resources.gpu.product): what its policy's pricing is keyed by."""
+    resources = resource.spec.resources
+    gpu = resources.gpu if resources is not None else None
+    return gpu.product if gpu is not None else None
 
 
 def observed(body: dict[str, Any], current: int, ready: int, unschedulable: str | None) -> Observed:
@@ -123,6 +142,7 @@ class Read:
     unschedulable: str | None
     signals: Signals | None
     wake: Wake | None = None  # the wake query's read (a service that may go to zero)
+    pods: int = 0  # the Deployment's pods that exist (status.replicas): they hold GPUs, loading or serving
 
 
 class Autoscaler:
@@ -135,6 +155,8 @@ class Autoscaler:
         period: float = PERIOD_SECONDS,
         default_prometheus_url: str = DEFAULT_PROMETHEUS_URL,
         clock: Callable[[], float] = time.monotonic,
+        cost_window: float = costs.DEFAULT_WINDOW_SECONDS,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.kube = kube
         self.cache = cache
@@ -142,6 +164,8 @@ class Autoscaler:
         self.period = period
         self.default_prometheus = PrometheusSpec(url=default_prometheus_url)
         self.clock = clock
+        self.cost_window = cost_window
+        self.wall = wall
         self.services: dict[str, Tracked] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._readers: dict[tuple[str, str | None], PrometheusReader] = {}
@@ -160,15 +184,21 @@ class Autoscaler:
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
             "wake_query": a.wake_query(namespace, resource.metadata.name),
             "idle_seconds": a.scale_to_zero.idle_seconds if a.scale_to_zero is not None else None,
+            "price": costs.price_per_gpu_hour(policy.pricing if policy is not None else None, _product(resource)),
         }
         before = self.services.get(resource.metadata.uid)
         if before is not None:
             # Updated in place (a reconcile runs on every child event): a decision being taken keeps its service.
             for key, value in settings.items():
                 setattr(before, key, value)
-        else:  # what status says of an earlier zero (a restart, another replica leading before) is kept
-            self.services[resource.metadata.uid] = Tracked(uid=resource.metadata.uid, zero=remembered(resource),  # type: ignore[arg-type]
-                                                           **settings)  # fmt: skip
+        else:  # what status says of an earlier zero and cost (a restart, another replica leading before) is kept
+            created = parse_time((resource.metadata.model_extra or {}).get("creationTimestamp"))
+            cost = resource.status.cost if resource.status is not None else None
+            self.services[resource.metadata.uid] = Tracked(
+                uid=resource.metadata.uid, zero=remembered(resource), created=created.timestamp() if created else None,  # type: ignore[arg-type]
+                cost=cost.model_dump(by_alias=True, exclude_none=True, mode="json") if cost is not None else None,
+                **settings,
+            )  # fmt: skip
         if namespace not in self._tasks or self._tasks[namespace].done():
             self._tasks[namespace] = asyncio.get_running_loop().create_task(self._run(namespace), name=f"autoscaler/{namespace}")
 
@@ -281,6 +311,7 @@ class Autoscaler:
             service=s, body=body, current=int(deployment["spec"].get("replicas", 1)),
             ready=int((deployment.get("status") or {}).get("readyReplicas", 0)),
             unschedulable=placement.message if placement else None, signals=signals, wake=wake,
+            pods=int((deployment.get("status") or {}).get("replicas", 0)),
         )
 
     async def _wake(self, s: Tracked) -> Wake:
@@ -339,6 +370,32 @@ class Autoscaler:
             s.last_scale_time = rfc3339()
         if d.zero is not None:  # after the scale: a write that failed went nowhere, and the next period tries again
             s.zero = d.zero.state
+        await self._cost(s, r)
         await write_status(self.kube, r.body, d, r.current, r.ready,
-                           s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"), self.cache)
+                           s.last_scale_time or (r.body.get("status") or {}).get("autoscaling", {}).get("lastScaleTime"), self.cache,
+                           cost=s.cost)  # fmt: skip
+
+    async def _cost(self, s: Tracked, r: Read) -> None:
+        """Record the GPUs held; once a window has ended (and a grace for the last scrapes has passed), what it cost.
+        A query that fails leaves the last figures and is tried again next period."""
+        now, window = self.wall(), self.cost_window
+        gpus = r.pods * (1.0 if placed_whole(r.body.get("status") or {}) else s.gpus)  # status.services.gpus_as_placed
+        s.held = costs.start(now, gpus, s.created, self.period) if s.held is None else costs.record(s.held, now, gpus, window)
+        end = costs.window_end(now - costs.grace(window), window)
+        if s.cost_end is not None and end <= s.cost_end:
+            return
+        gpu_s = costs.gpu_seconds(s.held, end - window, end)
+        if gpu_s is None:  # not watched whole: the figures of an earlier window stay
+            s.cost_end = end
+            return
+        try:
+            reader = await self._reader(s)
+            queries = costs.cost_queries(matchers(s.namespace, s.name, COMPONENTS[s.kind]), window, end)
+            tokens, token_series = await reader.total(queries[costs.TOKENS])
+            inputs, input_series = await reader.total(queries[costs.INPUTS])
+        except (ApiError, QueryFailed) as exc:
+            log.debug("Cost of %s %s/%s not read this period: %s", s.kind, s.namespace, s.name, exc)
+            return
+        s.cost = costs.cost_status(window, end, gpu_s, tokens if token_series else None, inputs if input_series else None, s.price)
+        s.cost_end = end
 

@@ -1,5 +1,5 @@
-"""What the autoscaler writes, and nothing else: a Deployment's /scale, the service's `status.autoscaling` and
-its two conditions, and an event per scale or condition flip — all under the autoscaler's field manager,
+"""What the autoscaler writes, and nothing else: a Deployment's /scale, the service's `status.autoscaling`,
+`status.cost` and its conditions, and an event per scale or condition flip — all under the autoscaler's field manager,
 and only when something changed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from prometheus_client import Counter
 
 from pooling_operator.api.clock import rfc3339
 from pooling_operator.autoscaling.decide import Decision
-from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, Kube, status_patch
+from pooling_operator.k8s.api import AUTOSCALER_FIELD_MANAGER, AUTOSCALER_STATUS, Kube, status_patch
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.status import conditions as C
 
@@ -70,7 +70,7 @@ def _same(old: dict[str, Any], new: dict[str, Any]) -> bool:
         mine, _ = C.split(status.get("conditions"), C.AUTOSCALER_TYPES)
         return sorted((c["type"], c["status"], c.get("reason"), c.get("message"), c.get("observedGeneration")) for c in mine)
 
-    return conds(old) == conds(new)
+    return conds(old) == conds(new) and old.get("cost") == new.get("cost")
 
 
 async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: Decision) -> None:
@@ -84,7 +84,7 @@ async def write_scale(kube: Kube, body: dict[str, Any], current: int, decision: 
 
 async def write_status(
     kube: Kube, body: dict[str, Any], decision: Decision, current: int, ready: int, last_scale_time: str | None,
-    cache: Cache | None = None,
+    cache: Cache | None = None, cost: dict[str, Any] | None = None,
 ) -> bool:
     """Apply status.autoscaling and the two conditions when they differ from what the object has; post an
     event per condition flip. Returns whether it wrote."""
@@ -95,6 +95,8 @@ async def write_status(
         "autoscaling": autoscaling_status(decision, current, ready, last_scale_time),
         "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), rfc3339()),
     }
+    if cost:
+        new["cost"] = cost
     if _same(old, new):
         return False
     written = await kube.apply(status_patch(body, new), manager=AUTOSCALER_FIELD_MANAGER, subresource="status")
@@ -113,6 +115,6 @@ async def clear_status(kube: Kube, body: dict[str, Any]) -> None:
     nothing in it drops the manager's fields)."""
     old = body.get("status") or {}
     mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
-    if not mine and "autoscaling" not in old:
+    if not mine and not any(key in old for key in AUTOSCALER_STATUS):
         return
     await kube.apply(status_patch(body), manager=AUTOSCALER_FIELD_MANAGER, subresource="status")

@@ -32,6 +32,7 @@ FIELD_MANAGER = "vllm-pooling-operator"
 # read first. Pinned on the API server by e2e/tests/operator/test_foreign_children.py.
 NEVER_A_VERSION = str(2**64 - 1)
 AUTOSCALER_FIELD_MANAGER = "vllm-pooling-operator-autoscaler"
+AUTOSCALER_STATUS = ("autoscaling", "cost")  # the status keys that manager owns (beside its conditions)
 REQUEST_TIMEOUT_SECONDS = 30.0  # one request, connect to last byte; a watch has its own (below)
 WATCH_SERVER_SECONDS = 300  # the API server ends a watch after this (timeoutSeconds); it is then resumed
 WATCH_CLIENT_SECONDS = WATCH_SERVER_SECONDS + 30  # ... and we give up on one that outlives it by this much

@@ -18,6 +18,7 @@ from pooling_operator.builders.ownership import held_by
 from pooling_operator.builders.upgrade import steady
 from pooling_operator.k8s.api import (
     AUTOSCALER_FIELD_MANAGER,
+    AUTOSCALER_STATUS,
     FIELD_MANAGER,
     ApiError,
     TransientError,
@@ -217,7 +218,7 @@ async def write_status(ctx: Context, body: dict[str, Any], old: dict[str, Any], 
     """Write status only when what the reconcile owns changed (the autoscaler's block and conditions belong to
     another field manager and are left out of the comparison and the apply); conditions keep their
     transition time unless they flipped."""
-    old = {k: v for k, v in old.items() if k != "autoscaling"}
+    old = {k: v for k, v in old.items() if k not in AUTOSCALER_STATUS}
     _, old["conditions"] = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
     if not old["conditions"]:
         old.pop("conditions")

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge
 
 from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import DEFAULT_PROMETHEUS_URL
+from pooling_operator.autoscaling.cost import DEFAULT_WINDOW_SECONDS as DEFAULT_COST_WINDOW
 from pooling_operator.autoscaling.loop import Autoscaler
 from pooling_operator.k8s.api import TransientError
 from pooling_operator.k8s.cache import OwnerKey, owner_key, owning_key, raw_front_hosts, workload_job
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 # How soon a resource that is not settled (starting, degraded) is looked at again without an event.
 RECHECK_SECONDS = max(1.0, float(os.environ.get("VPO_RESYNC_SECONDS", "30")))
 AUTOSCALE_SECONDS = max(0.5, float(os.environ.get("VPO_AUTOSCALE_SECONDS", "15")))
+COST_WINDOW_SECONDS = max(10.0, float(os.environ.get("VPO_COST_WINDOW_SECONDS", str(DEFAULT_COST_WINDOW))))
 WORKERS = max(1, int(os.environ.get("VPO_WORKERS", "16")))
 POLICY_RECOUNT_SECONDS = 2.0  # policy status recounts coalesce over this window
 LATE_RENEWAL_RETRY_SECONDS = 1.0  # a key met while the held Lease's renewal is late waits this long, then again
@@ -105,6 +107,7 @@ class Runtime:
         self.autoscaler = Autoscaler(
             ctx.kube, ctx.cache, leading=self._leading, period=AUTOSCALE_SECONDS,
             default_prometheus_url=os.environ.get("VPO_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+            cost_window=COST_WINDOW_SECONDS,
         )
         ctx.tracker = self.autoscaler
         self.space_gate = SpaceGate(ctx.kube, leading=lambda: self.leading, requeue=self._requeue, event=ctx.event,
