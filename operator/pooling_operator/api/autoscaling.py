@@ -227,8 +227,7 @@ class AutoscalingStatus(Spec):
 
 
 class CostStatus(Spec):
-    """What the service's GPUs cost per million tokens over the last whole window (written by the built-in
-    autoscaler, for services it scales; docs/cost.md)."""
+    """What the service's GPUs cost per million tokens over the last whole window (the built-in autoscaler's; docs/cost.md)."""
 
     model_config = ConfigDict(extra="ignore")
 
