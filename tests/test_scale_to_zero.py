@@ -25,6 +25,7 @@ from pooling_operator.autoscaling.zero import (
     idle_bound,
     remembered,
     to_zero_or_back,
+    wake_size,
 )
 from pooling_operator.builders import BuildContext, plan
 from pooling_operator.status import conditions as C
@@ -249,5 +250,78 @@ def test_the_simulator_takes_an_idle_service_to_zero_and_holds_the_waking_reques
     woken = next(e for e in with_zero.timeline if e.t > at_zero[0].t and e.replicas > 0)
     assert 2400 <= woken.t <= 2400 + 15, woken  # the first decision after demand returns
     assert min(e.replicas for e in without.timeline) == 1
-    assert with_zero.gpu_minutes < without.gpu_minutes - 15  # 50 against ~31: no replica for ~19 of its 50 minutes
+    # no replica for ~19 of its 50 minutes; one woken (5/s kept one replica far from busy: no capacity to size by)
+    assert with_zero.max_replicas == 1
+    assert with_zero.gpu_minutes < without.gpu_minutes - 15  # 50 against ~31
     assert with_zero.slo_minutes_missed > without.slo_minutes_missed  # the cold start costs the waking minute
+
+
+@pytest.mark.parametrize(
+    ("held", "since", "capacity", "startup", "size"),
+    [
+        (75, 0, None, 60, 1),  # never served: one replica, the decision takes over from its metrics
+        (0, 0, 10.0, 60, 1),
+        # 5/s; by Ready 75 + 5 x 60 = 375 wait, drained in 60 s on top of 5/s: 11.25/s against 10/s
+        (75, 0, 10.0, 60, 2),
+        # 10/s, as two replicas at the 8/s each served on target before, 750 by Ready: 22.5/s -> 3
+        (150, 0, 8.0, 60, 3),
+        (75, 0, 100.0, 60, 1),
+        # 45 s into the start-up, 300 held: 300 / 60 s = 5/s, 375 by Ready, the same 2
+        (300, 45, 10.0, 60, 2),
+        (3, 0, 0.5, 120, 2),  # a slow model: 0.2/s, 27 by Ready: 0.65/s against 0.5/s
+        (1, 0, 2.0, 120, 1),  # one request now and then: one replica
+    ],
+)
+def test_a_wake_is_sized_to_what_waits(held: float, since: float, capacity: float | None, startup: float, size: int) -> None:
+    assert wake_size(held, since, capacity, startup) == size
+
+
+def measured(capacity: float, saturated: bool = True) -> ZeroState:
+    gone = step(300, 1, 1, step(0, 1, 1, ZeroState()).state).state
+    return ZeroState(since=gone.since, capacity_rps=capacity, capacity_saturated=saturated)
+
+
+def test_a_wake_with_a_measured_capacity_asks_for_what_waits_and_more_while_its_replicas_load() -> None:
+    at_zero_state = measured(10.0)
+    woken = step(400, 0, 0, at_zero_state, wake=75.0, startup_seconds=60.0)
+    assert (woken.desired, woken.condition_reason) == (2, WOKEN) and "2 replicas" in woken.reason
+    assert "2 replicas serve what waits" in woken.state.last_wake["by"]  # type: ignore[index]
+    # 15 s on, none Ready, the front holds 600: 600 / 30 s = 20/s, 600 + 20 x 45 = 1500 by Ready -> 4.5 -> 5
+    more = step(415, 2, 0, woken.state, completions=None, waiting=None, wake=600.0, startup_seconds=60.0)
+    assert more.desired == 5 and not more.at_zero
+    # never fewer: a front that holds less while they load leaves the count to the decision
+    assert step(430, 5, 0, more.state, completions=None, waiting=None, wake=20.0, startup_seconds=60.0).desired is None
+    # once one is Ready the decision has the replica's metrics: no more sizing here
+    ready = step(445, 5, 1, more.state, completions=None, waiting=None, wake=600.0, startup_seconds=60.0)
+    assert ready.desired is None and ready.state.last_wake["firstReadySeconds"] == 45.0  # type: ignore[index]
+
+
+def test_a_sized_wake_is_bounded_and_held_by_the_scale_down_window() -> None:
+    targets = resolve_targets(validate(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 3, "wake": WAKE}})).resource, None)  # type: ignore[arg-type]
+    observed = Observed(replicas=0, startup_seconds=60.0)
+    d = decide_or_zero(400, "t400", Signals(), observed, targets, State(), measured(2.0), Wake(75.0), None)
+    assert d.desired == 3 and d.limited and d.limited_reason == C.LIMIT_MAX, "11.25/s at 2/s is 6, maxReplicas 3"
+    assert d.zero is not None and d.zero.desired == 3
+    assert (400, 3) in d.state.recommendations, "the scale-down window remembers the wake's size"
+    short = decide_or_zero(400, "t400", Signals(), observed, targets, State(), measured(2.0), Wake(75.0), None,
+                           Budget(limit=4, held=2, per_replica=1))  # fmt: skip
+    assert short.desired == 2 and short.limited_reason == C.LIMIT_BUDGET and "GPU budget" in short.limited_message
+    # the first replica reports a light load: the decision keeps the wake's three for its scale-down window
+    light = Signals(waiting=0.0, reporting=1, completions=1.0, in_system=0.05, tokens=16.0, p99=0.05)
+    later = decide_or_zero(490, "t490", light, Observed(replicas=3, ready=1, startup_seconds=60.0), targets,
+                           d.state, d.zero.state, Wake(0.0), None)  # fmt: skip
+    assert later.desired == 3
+
+
+def test_the_capacity_a_replica_served_is_kept_for_the_next_wake() -> None:
+    targets = resolve_targets(validate(pooling({"autoscaling": {"minReplicas": 0, "maxReplicas": 4, "wake": WAKE}})).resource, None)  # type: ignore[arg-type]
+    trickle = Signals(waiting=0.0, reporting=1, completions=0.02, in_system=0.001, tokens=0.32, p99=0.05)
+    d = decide_or_zero(0, "t0", trickle, Observed(replicas=1, ready=1), targets, State(), ZeroState(), Wake(0.0), None)
+    assert d.zero is not None and d.zero.state.capacity_rps is None, "a lower bound read at a trickle is the trickle"
+    busy = Signals(waiting=0.0, reporting=1, completions=8.0, in_system=1.6, tokens=128.0, p99=0.25)
+    d = decide_or_zero(15, "t15", busy, Observed(replicas=1, ready=1), targets, d.state, d.zero.state, Wake(0.0), None)
+    assert d.zero is not None and d.zero.state.capacity_rps == pytest.approx(8.0)
+    assert not d.zero.state.capacity_saturated, "8/s served with nothing waiting is a lower bound"
+    saturated = Signals(waiting=40.0, reporting=1, completions=8.0, in_system=4.0, tokens=128.0, p99=0.9)
+    d = decide_or_zero(30, "t30", saturated, Observed(replicas=1, ready=1), targets, d.state, d.zero.state, Wake(0.0), None)
+    assert d.zero is not None and d.zero.state.capacity_saturated, "measured at saturation"

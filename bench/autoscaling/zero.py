@@ -22,6 +22,7 @@ zero. A benchmark: it never gates the suite.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -100,9 +101,16 @@ def one(job: tuple[heldout.Model, str, int]) -> dict[str, Any]:
         res = resource(model, zero)
         setup = setup_for(res, None, model.params, seed=seed)
         for name, r in simulate(res, None, trace, setup, ["keda", "oracle"]).items():
-            out[f"{name}{'-zero' if zero else ''}"] = {"gpu_minutes": round(r.gpu_minutes, 2), "slo_minutes": r.slo_minutes_missed}
+            out[f"{name}{'-zero' if zero else ''}"] = {"gpu_minutes": round(r.gpu_minutes, 2), "slo_minutes": r.slo_minutes_missed,
+                                                       "wakes": wakes(r.timeline)}
     return {"model": model.name, "family": family, "seed": seed, "minutes": round(trace.end / 60, 1), "params": params,
             "seconds": round(time.perf_counter() - started, 1), "policies": out}
+
+
+def wakes(timeline: Any) -> int:
+    """How many times the service came back from zero replicas."""
+    counts = [e.replicas for e in timeline]
+    return sum(1 for a, b in itertools.pairwise(counts) if a == 0 and b > 0)
 
 
 def median(values: list[float]) -> float:
@@ -118,7 +126,8 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for model in dict.fromkeys(r["model"] for r in rows):
         print(f"\n{model}: median GPU-minutes / SLO-minutes per trace")
-        print(f"{'family':<10} {'n':>3} " + " ".join(f"{p:>15}" for p in POLICIES) + "  saved by zero  SLO cost  zero/oracle-zero")
+        print(f"{'family':<10} {'n':>3} " + " ".join(f"{p:>15}" for p in POLICIES)
+              + "  saved by zero  SLO cost  wakes  cost/wake  zero/oracle-zero")
         for family in [*FAMILIES, "all"]:
             mine = [r for r in rows if r["model"] == model and (family == "all" or r["family"] == family)]
             if not mine:
@@ -127,12 +136,16 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                    for p in POLICIES}
             saved = median([1 - r["policies"]["operator-zero"]["gpu_minutes"] / r["policies"]["operator"]["gpu_minutes"] for r in mine])
             cost = median([r["policies"]["operator-zero"]["slo_minutes"] - r["policies"]["operator"]["slo_minutes"] for r in mine])
+            woke = median([r["policies"]["operator-zero"].get("wakes", 0) for r in mine])
+            per_wake = median([(r["policies"]["operator-zero"]["slo_minutes"] - r["policies"]["operator"]["slo_minutes"])
+                               / max(1, r["policies"]["operator-zero"].get("wakes", 0)) for r in mine])
             ratio = median([r["policies"]["operator-zero"]["gpu_minutes"] / r["policies"]["oracle-zero"]["gpu_minutes"]
                             if r["policies"]["oracle-zero"]["gpu_minutes"] else math.inf for r in mine])
             print(f"{family:<10} {len(mine):>3} " + " ".join(f"{g:>8.1f} / {s:>4g}" for g, s in med.values())
-                  + f"  {saved:>12.0%}  {cost:>+8g}  {ratio:>16.2f}")
+                  + f"  {saved:>12.0%}  {cost:>+8g}  {woke:>5g}  {per_wake:>+9.2f}  {ratio:>16.2f}")
             summary[f"{model}/{family}"] = {"n": len(mine), "median": {p: {"gpu_minutes": g, "slo_minutes": s} for p, (g, s) in med.items()},
-                                            "saved_by_zero": round(saved, 3), "slo_cost": cost, "zero_over_oracle_zero": round(ratio, 2)}
+                                            "saved_by_zero": round(saved, 3), "slo_cost": cost, "wakes": woke,
+                                            "slo_cost_per_wake": round(per_wake, 2), "zero_over_oracle_zero": round(ratio, 2)}
     return summary
 
 

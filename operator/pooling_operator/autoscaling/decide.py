@@ -210,7 +210,7 @@ def learn_capacity(state: State, signals: Signals, p99_target: float | None, ste
     return state
 
 
-def _bounds(targets: Targets, budget: Budget | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
+def bounds(targets: Targets, budget: Budget | None, observed: Observed, wanted: int) -> tuple[int, str, str]:
     """(bounded count, reason, message); reason WITHIN_BOUNDS when nothing bit. One order of precedence for
     every path: the configured range [minReplicas, min(maxReplicas, policy cap)] first; then growth — never
     shrinking — stops at the namespace's GPU budget and while pods cannot be placed, even below minReplicas.
@@ -247,7 +247,7 @@ def decide(
     # ---- 1. no data: hold -----------------------------------------------------------------------------
     missing = signals.missing() if signals.unreachable is None else None
     if signals.unreachable is not None or missing is not None:
-        held, _, _ = _bounds(targets, budget, observed, current)
+        held, _, _ = bounds(targets, budget, observed, current)
         if signals.unreachable is not None:
             why, message = PROMETHEUS_UNREACHABLE, f"Prometheus did not answer: {signals.unreachable}"
         else:
@@ -363,7 +363,7 @@ def decide(
         # per 15 s; four at a time would let a backlog grow for periods on replicas that keep it (vLLM moves none).
         up_step = max(up_step, current)
     stepped = limit_step(state.scale_events, now, current, stable, up_step, down_step)
-    desired, limit_reason, limit_message = _bounds(targets, budget, observed, stepped)
+    desired, limit_reason, limit_message = bounds(targets, budget, observed, stepped)
     limited = limit_reason != WITHIN_BOUNDS and desired != stepped
 
     events = tuple((t, d) for t, d in state.scale_events if t > now - STEP_PERIOD_SECONDS)

@@ -15,6 +15,8 @@ class ZeroState:
     since: str | None = None  # RFC 3339 time the service went to zero (while at zero, and after, for status)
     woke_at: float | None = None  # clock time of the last wake, until its first replica is Ready
     last_wake: dict[str, Any] | None = None  # {at, by, firstReadySeconds} of the last wake
+    capacity_rps: float | None = None  # requests/s one replica serves, as the decision last measured it: sizes a wake
+    capacity_saturated: bool = False  # capacity_rps was measured at saturation (else it is a lower bound)
 
 
 @dataclass(frozen=True)
