@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -43,23 +42,17 @@ from bench.realvllm_calibration import _free_ports, rendered_argv, start_server 
 from e2e.harness.poll import wait_for  # noqa: E402
 from e2e.harness.processes import stop_process  # noqa: E402
 from e2e.realvllm import runtime  # noqa: E402
+from e2e.router.install import ensure_router  # noqa: E402
 from pooling_operator.api.routing import ROUTER_VERSION  # noqa: E402
 from pooling_operator.vllm.router import ALTERED, NOT_CARRIED  # noqa: E402
 
-CACHE = Path(os.environ.get("VPO_CACHE_DIR") or Path.home() / ".cache" / "vllm-pooling-operator")
 WORDS = "the index holds vectors of every document a cluster of pods embedded during the night".split()
 QUERY, DOCS = "what holds the vectors", ["the index holds vectors", "pods run on nodes", "a cache is warm"]
 
 
 def router_bin() -> Path:
-    """vllm-router's launcher from its PyPI wheel, in a venv of its own (installed once, printed)."""
-    venv = CACHE / f"vllm-router-{ROUTER_VERSION}"
-    exe = venv / "bin" / "vllm-router"
-    if not exe.exists():
-        print(f"installing vllm-router {ROUTER_VERSION} into {venv}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"vllm-router=={ROUTER_VERSION}"], check=True)
-    return exe
+    """vllm-router's launcher from its PyPI wheel (e2e/router/install.py: installed once, printed)."""
+    return ensure_router() / "bin" / "vllm-router"
 
 
 def start_router(urls: list[str], policy: str) -> tuple[subprocess.Popen[bytes], str]:
