@@ -146,14 +146,21 @@ def pinned(proc: subprocess.Popen[bytes], core: int) -> None:
         subprocess.run(["taskset", "-a", "-p", "-c", str(core), pid], capture_output=True)
 
 
-def load(target: Any, rate: float, seconds: float, long_share: float, seed: int, timeout: float) -> dict[str, Any]:
-    """Open loop: Poisson arrivals from `seed`, each sent when due whatever the earlier ones are doing."""
+def arrival_plan(rate: float, seconds: float, long_share: float, seed: int) -> list[tuple[float, str]]:
+    """(time, text) of every request of a load: Poisson arrivals from `seed`, `long_share` of them 120-230 words,
+    the rest 5-20 (within --max-model-len 256). bench/router_sim_check.py replays the same plan in the simulator."""
     rng = random.Random(seed)
     plan, t = [], 0.0
     while t < seconds:
         t += rng.expovariate(rate)
-        n = rng.randint(120, 230) if rng.random() < long_share else rng.randint(5, 20)  # within --max-model-len 256
+        n = rng.randint(120, 230) if rng.random() < long_share else rng.randint(5, 20)
         plan.append((t, " ".join(rng.choice(WORDS) for _ in range(n))))
+    return plan
+
+
+def load(target: Any, rate: float, seconds: float, long_share: float, seed: int, timeout: float) -> dict[str, Any]:
+    """Open loop: Poisson arrivals from `seed`, each sent when due whatever the earlier ones are doing."""
+    plan = arrival_plan(rate, seconds, long_share, seed)
     latencies: list[float] = []
     lost = 0
     lock = threading.Lock()

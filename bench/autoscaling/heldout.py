@@ -52,8 +52,9 @@ import families  # noqa: E402
 import yaml  # noqa: E402
 
 from pooling_operator.autoscaling.simulator.calibrate import from_file  # noqa: E402
+from pooling_operator.autoscaling.simulator.routing import ROUTINGS  # noqa: E402
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams  # noqa: E402
-from pooling_operator.autoscaling.simulator.simulate import ROUTINGS, Result, setup_for, simulate  # noqa: E402
+from pooling_operator.autoscaling.simulator.simulate import Result, setup_for, simulate  # noqa: E402
 from pooling_operator.autoscaling.simulator.trace import parse_trace  # noqa: E402
 from pooling_operator.vllm.validate import validate  # noqa: E402
 

@@ -16,11 +16,11 @@ from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringServi
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.autoscaling.simulator import calibrate, plot
 from pooling_operator.autoscaling.simulator.cotenants import NamespaceResult, run_namespace, tenant_for
+from pooling_operator.autoscaling.simulator.routing import ROUTINGS
 from pooling_operator.autoscaling.simulator.servicemodel import ServiceParams
 from pooling_operator.autoscaling.simulator.simulate import (
     DEFAULT_SCRAPE_SECONDS,
     POLICIES,
-    ROUTINGS,
     Result,
     Setup,
     setup_for,

@@ -30,7 +30,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
@@ -38,6 +38,7 @@ from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Budget, Observed, State, decide, signals_from
 from pooling_operator.autoscaling.simulator.baselines import Oracle, hpa_queue, keda
 from pooling_operator.autoscaling.simulator.promql import Prometheus
+from pooling_operator.autoscaling.simulator.routing import Routing, pick
 from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace, arrivals
 from pooling_operator.autoscaling.targets import resolve_targets
@@ -63,19 +64,6 @@ class Policy(Protocol):
         a history acts as if it had just recommended them (so its scale-down window does not start empty)."""
 
     def replicas(self, now: float, current: int, ready: int, values: Mapping[str, float | None]) -> int: ...
-
-
-# How a request reaches one of the ready replicas:
-#   even                a Kubernetes Service (kube-proxy): every ready replica equally likely, whatever it holds
-#   least-outstanding   a front that knows each replica's requests in flight and sends to the fewest (ties at
-#                       random), as a gateway's least-request balancing does; what a smarter front would buy
-#   power-of-two        vllm-router's power_of_two (spec.routing.vllmRouter, policy powerOfTwo): two distinct ready
-#                       replicas at random, the one with fewer requests in flight, the first on a tie
-#                       (src/policies/power_of_two.rs 0.1.17: `if load1 <= load2`); in discovery mode its load is
-#                       the router's own count of what it sent and has not had back. One router's view: with
-#                       several router replicas each counts only its own share
-Routing = Literal["even", "least-outstanding", "power-of-two"]
-ROUTINGS: tuple[Routing, ...] = ("even", "least-outstanding", "power-of-two")
 
 
 @dataclass(frozen=True)
@@ -318,20 +306,12 @@ class ServiceRun:
 
     def _to(self, serving: list[_Pod], t: float) -> _Pod:
         """The replica a request arriving at t goes to (Setup.routing)."""
-        if self.setup.routing == "even":
-            return serving[self._route.randrange(len(serving))]
-        if self.setup.routing == "power-of-two":
-            if len(serving) == 1:
-                return serving[0]
-            first, second = self._route.sample(serving, 2)
-            self._advance(first, t)
-            self._advance(second, t)
-            return first if first.replica.in_flight <= second.replica.in_flight else second
-        for q in serving:
+
+        def in_flight(q: _Pod) -> int:
             self._advance(q, t)
-        least = min(q.replica.in_flight for q in serving)
-        tied = [q for q in serving if q.replica.in_flight == least]
-        return tied[0] if len(tied) == 1 else tied[self._route.randrange(len(tied))]
+            return q.replica.in_flight
+
+        return pick(self.setup.routing, self._route, serving, in_flight)
 
     def _advance(self, q: _Pod, t: float) -> None:
         """What a replica holds at t: run it up to t first (nothing is submitted behind its clock)."""
