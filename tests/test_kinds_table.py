@@ -35,7 +35,7 @@ def test_the_api_clients_table_takes_our_kinds_from_it() -> None:
 def test_reconcile_build_and_rules_cover_exactly_their_families() -> None:
     assert set(RECONCILERS) == set(OWNER_KINDS)
     assert set(BUILDERS) == set(WORKLOAD_KINDS)
-    assert {cls.__name__ for cls in CHAINS} == set(WORKLOAD_KINDS)
+    assert set(CHAINS) == set(WORKLOAD_KINDS)
     assert set(JOB_KINDS) == set(FAMILY_KINDS["job"])
     assert set(VIEWS) == set(WORKLOAD_KINDS)
 

@@ -5,12 +5,15 @@ from pooling_operator.api.resources import (
     AnyResource,
     AutoscalingPolicy,
     HiddenStateJob,
+    Job,
     KindInfo,
     ModelCache,
     PoolingJob,
     PoolingService,
     Resource,
     ScoringService,
+    Service,
+    VllmResource,
 )
 
 __all__ = [
@@ -18,10 +21,13 @@ __all__ = [
     "AnyResource",
     "AutoscalingPolicy",
     "HiddenStateJob",
+    "Job",
     "KindInfo",
     "ModelCache",
     "PoolingJob",
     "PoolingService",
     "Resource",
     "ScoringService",
+    "Service",
+    "VllmResource",
 ]

@@ -76,7 +76,12 @@ class ModelCache(Resource[ModelCacheSpec, ModelCacheStatus]):
     kind: Literal["ModelCache"] = "ModelCache"
 
 
-AnyResource = PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy | ModelCache
+# The kinds by family, as types: KINDS' family column once more, for the type checker and isinstance
+# (tests/test_kind_families.py holds each to the table).
+Service = PoolingService | ScoringService  # family "service": a vLLM Deployment behind a Service
+Job = HiddenStateJob | PoolingJob  # family "job": an Indexed Job with vLLM as a sidecar
+VllmResource = Service | Job  # the kinds that run vLLM: validated against its contract, built, given a Workload
+AnyResource = VllmResource | AutoscalingPolicy | ModelCache
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 

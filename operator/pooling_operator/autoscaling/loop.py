@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.clock import parse_time, rfc3339
 from pooling_operator.api.gpu import ResourcesSpec
 from pooling_operator.api.policy import (
@@ -32,6 +31,7 @@ from pooling_operator.api.policy import (
     AutoscalingTargets,
     PrometheusSpec,
 )
+from pooling_operator.api.resources import Service
 from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling import cost as costs
 from pooling_operator.autoscaling.decide import (
@@ -118,7 +118,7 @@ class Tracked:
         return self.decides and self.targets.min_replicas == 0 and self.wake_query is not None
 
 
-def _product(resource: PoolingService | ScoringService) -> str | None:
+def _product(resource: Service) -> str | None:
     """The GPU product a service names (spec.resources.gpu.product): what its policy's pricing is keyed by."""
     resources = resource.spec.resources
     gpu = resources.gpu if resources is not None else None
@@ -173,7 +173,7 @@ class Autoscaler:
 
     # ---- what the reconcile tells us --------------------------------------------------------------------
 
-    def track(self, resource: PoolingService | ScoringService, policy: AutoscalingPolicySpec | None) -> None:
+    def track(self, resource: Service, policy: AutoscalingPolicySpec | None) -> None:
         a = resource.spec.autoscaling
         assert a is not None and resource.metadata.uid
         targets = resolve_targets(resource, policy)

@@ -3,14 +3,14 @@ the simulator alike."""
 
 from __future__ import annotations
 
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
 from pooling_operator.api.policy import resolve_targets as _resolve
+from pooling_operator.api.resources import Service
 
 __all__ = ["AutoscalingTargets", "resolve_targets"]
 
 
-def resolve_targets(resource: PoolingService | ScoringService, policy: AutoscalingPolicySpec | None) -> AutoscalingTargets:
+def resolve_targets(resource: Service, policy: AutoscalingPolicySpec | None) -> AutoscalingTargets:
     autoscaling = resource.spec.autoscaling
     if autoscaling is None:
         raise ValueError(f"{resource.kind} {resource.metadata.name} has no spec.autoscaling")

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
-from pooling_operator.api.resources import KINDS
+from pooling_operator.api.resources import KINDS, VllmResource
 from pooling_operator.builders.common import BuildContext, CacheMount, served
 from pooling_operator.builders.jobs import build_job
 from pooling_operator.builders.pooling_jobs import build_pooling_job
@@ -23,7 +22,6 @@ from pooling_operator.vllm.workload import Workload, workload
 
 __all__ = ["BuildContext", "CacheMount", "Plan", "build", "plan"]
 
-Buildable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
 # Each workload kind's children; tests/test_kinds_table.py holds it to the kinds table (every service and job kind).
 BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "PoolingService": build_service,
@@ -37,14 +35,14 @@ BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
 class Plan:
     """What one valid resource becomes under one contract."""
 
-    resource: Buildable
+    resource: VllmResource
     contract: Contract
     workload: Workload
     argv: list[str] = field(default_factory=list)  # the vLLM container's command line (command + args)
     objects: list[dict[str, Any]] = field(default_factory=list)  # every child, in apply order
 
 
-def plan(resource: Buildable, c: Contract, ctx: BuildContext, w: Workload | None = None) -> Plan:
+def plan(resource: VllmResource, c: Contract, ctx: BuildContext, w: Workload | None = None) -> Plan:
     """The resource's workload view (`w` when the caller has it), its vLLM command line and every child."""
     w = served(w or workload(resource), ctx.model_cache)
     # A service's vLLM listens where its Service sends; a job's sidecar on the port its driver calls.
@@ -53,6 +51,6 @@ def plan(resource: Buildable, c: Contract, ctx: BuildContext, w: Workload | None
     return Plan(resource, c, w, argv, BUILDERS[resource.kind](resource, c, ctx, w, argv))
 
 
-def build(resource: Buildable, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
+def build(resource: VllmResource, c: Contract, ctx: BuildContext) -> list[dict[str, Any]]:
     """Every child the resource should have, in apply order."""
     return plan(resource, c, ctx).objects

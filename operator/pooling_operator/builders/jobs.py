@@ -5,12 +5,13 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingJob, kueue
+from pooling_operator.api import HiddenStateJob, kueue
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.jobs import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
+from pooling_operator.api.resources import Job
 from pooling_operator.builders import names
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
@@ -34,7 +35,7 @@ from pooling_operator.vllm.workload import Workload
 INDEX_ENV = field_env("JOB_COMPLETION_INDEX", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
 
 
-def shard_budget_bytes(resource: HiddenStateJob | PoolingJob) -> int | None:
+def shard_budget_bytes(resource: Job) -> int | None:
     """The storage budget split evenly across shards (floor), or None without a budget."""
     budget = resource.spec.output.storage_budget
     if budget is None:
@@ -137,7 +138,7 @@ def output_mount() -> dict[str, Any]:
     return {"name": "output", "mountPath": OUTPUT_MOUNT}
 
 
-def indexed_job(resource: HiddenStateJob | PoolingJob, w: Workload, ctx: BuildContext, init: list[dict[str, Any]],
+def indexed_job(resource: Job, w: Workload, ctx: BuildContext, init: list[dict[str, Any]],
                 driver: dict[str, Any], extra_volumes: list[dict[str, Any]]) -> dict[str, Any]:
     """The Indexed Job of a job kind: `init` (the vLLM sidecar among them) and the driver in one pod per shard,
     with the dataset and output claims; a driver exit code in JOB_ENDING_EXIT_CODES, from any of the

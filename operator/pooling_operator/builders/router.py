@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_LABELS, selector_labels
+from pooling_operator.api.resources import Service
 from pooling_operator.api.routing import POLICIES, ROUTER_VERSION, VllmRouterSpec
 from pooling_operator.builders import names
 from pooling_operator.builders.common import (
@@ -73,7 +73,7 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "timeoutSeconds": 2, "failureThreshold": failures}
 
 
-def router_deployment(resource: PoolingService | ScoringService, w: Workload) -> dict[str, Any]:
+def router_deployment(resource: Service, w: Workload) -> dict[str, Any]:
     """/readiness answers 200 once the router has a healthy worker (503 before: a front holds requests until then);
     /liveness always 200 while the process runs."""
     spec = resource.spec
@@ -113,7 +113,7 @@ def router_deployment(resource: PoolingService | ScoringService, w: Workload) ->
     }
 
 
-def _from_template(resource: PoolingService | ScoringService) -> dict[str, Any]:
+def _from_template(resource: Service) -> dict[str, Any]:
     """What the router's pods take of spec.template: image pull secrets (a mirrored router image), tolerations
     and the priority class; not the node selector or affinity, which place GPU servers."""
     t = resource.spec.template
@@ -127,7 +127,7 @@ def _from_template(resource: PoolingService | ScoringService) -> dict[str, Any]:
     return out
 
 
-def router_network_policy(resource: PoolingService | ScoringService, w: Workload, front_namespace: str | None) -> dict[str, Any]:
+def router_network_policy(resource: Service, w: Workload, front_namespace: str | None) -> dict[str, Any]:
     """With spec.networkPolicy, the router's pods get the policy the service's pods would (builders.common.
     served_ingress), the monitoring namespace also on the router's metrics port."""
     return {
@@ -139,7 +139,7 @@ def router_network_policy(resource: PoolingService | ScoringService, w: Workload
     }
 
 
-def router_children(resource: PoolingService | ScoringService, w: Workload, front_namespace: str | None = None) -> list[dict[str, Any]]:
+def router_children(resource: Service, w: Workload, front_namespace: str | None = None) -> list[dict[str, Any]]:
     """Every child of the router, those its pods name first: the ServiceAccount, a Role that may only read the
     namespace's pods (what its discovery lists and watches), its RoleBinding, the Deployment, a Service of the
     service's type and port (what clients reach; the pods' own Service stays, ClusterIP, for the monitors),

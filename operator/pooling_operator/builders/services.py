@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from pooling_operator import OPERATOR_IMAGE
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
@@ -14,6 +13,7 @@ from pooling_operator.api.policy import (
     AutoscalingPolicySpec,
     resolve_targets,
 )
+from pooling_operator.api.resources import Service
 from pooling_operator.builders import names
 from pooling_operator.builders.common import (  # noqa: F401  (the drain constants re-exported: their users import them from here)
     CONTAINER_SECURITY,
@@ -53,7 +53,6 @@ from pooling_operator.vllm.settings import KEDA_HTTP_SCALER
 from pooling_operator.vllm.space_check import READINESS_GATE
 from pooling_operator.vllm.workload import Workload, workload
 
-Service = PoolingService | ScoringService
 SCRAPE_INTERVAL = "15s"
 KEDA_POLLING_SECONDS = 15
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pooling_operator import OPERATOR_IMAGE
-from pooling_operator.api import HiddenStateJob, ModelCache, PoolingJob, PoolingService, ScoringService
+from pooling_operator.api import ModelCache
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.resources import family
+from pooling_operator.api.resources import Service, VllmResource, family
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache
 from pooling_operator.builders.diff import with_hash
@@ -51,7 +51,7 @@ def built(
         objects = build_cache(resource, operator_image or OPERATOR_IMAGE, settings.hub_endpoint)
         out = Built(key, policies, labels, resource, [], desired=[with_hash(o) for o in objects])
     elif not result.errors and resource is not None:
-        assert isinstance(resource, PoolingService | ScoringService | HiddenStateJob | PoolingJob) and result.contract is not None
+        assert isinstance(resource, VllmResource) and result.contract is not None
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
         reason = C.POLICY_NOT_ALLOWED
@@ -85,7 +85,7 @@ def _typical_startup(body: dict[str, Any]) -> float | None:
 
 
 def _policy(
-    resource: PoolingService | ScoringService, policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None
+    resource: Service, policies: Mapping[str, AutoscalingPolicySpec], labels: dict[str, str] | None
 ) -> tuple[AutoscalingPolicySpec | None, list[Problem]]:
     """The policy the service follows, given its namespace's labels; a named policy whose namespaceSelector
     leaves the namespace out is a problem (a condition, not a crash)."""

@@ -12,11 +12,11 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.clock import micro_time
 from pooling_operator.api.kinds import OWNER_KINDS
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import Service
 from pooling_operator.k8s.api import Kube
 from pooling_operator.k8s.cache import Cache
 from pooling_operator.vllm.settings import Settings
@@ -47,7 +47,7 @@ EVENTS_DROPPED = Counter(
 class Tracker(Protocol):
     """What the reconcile asks of the autoscaler (autoscaling/loop.py's Autoscaler is one)."""
 
-    def track(self, resource: PoolingService | ScoringService, policy: AutoscalingPolicySpec | None) -> None:
+    def track(self, resource: Service, policy: AutoscalingPolicySpec | None) -> None:
         """The service autoscales (or counts towards its namespace's GPU budget): follow it."""
 
     async def stop(self, body: dict[str, Any]) -> None:

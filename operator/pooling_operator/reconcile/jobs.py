@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingJob
+from pooling_operator.api import PoolingJob
+from pooling_operator.api.resources import Job
 from pooling_operator.builders import names
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
@@ -27,7 +28,7 @@ CHILDREN = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
 NO_POLICIES = PolicySet()  # jobs follow no AutoscalingPolicy
 
 
-async def queue_observed(ctx: Context, resource: HiddenStateJob | PoolingJob, job: dict[str, Any] | None) -> QueueObserved:
+async def queue_observed(ctx: Context, resource: Job, job: dict[str, Any] | None) -> QueueObserved:
     """Kueue's side of a queued job, from the watch-fed cache. One read, only while the Job is suspended and
     Kueue has made no Workload for it and no LocalQueue of that name is watched: does the LocalQueue exist,
     and is Kueue installed at all (a 404 that names no object)?"""
@@ -60,7 +61,7 @@ class Jobs:
                      old_status: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         meta = body["metadata"]
         resource = desired.built.resource
-        assert isinstance(resource, HiddenStateJob | PoolingJob)
+        assert isinstance(resource, Job)
         job = current.get(("Job", meta["name"]))
         configmap = current.get(("ConfigMap", names.progress_configmap(meta["name"])))
         pods = ctx.cache.pods_of(owner_key(body))

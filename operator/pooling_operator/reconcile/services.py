@@ -12,11 +12,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import PoolingService
 from pooling_operator.api import messages as M
 from pooling_operator.api.front_hosts import held_message
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.resources import Resource, claims_space, family
+from pooling_operator.api.resources import Resource, Service, claims_space, family
 from pooling_operator.builders import names
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
@@ -99,7 +99,7 @@ class Services:
                      old_status: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         meta = body["metadata"]
         plan, resource = desired.built.plan, desired.built.resource
-        assert plan is not None and isinstance(resource, PoolingService | ScoringService)
+        assert plan is not None and isinstance(resource, Service)
         deployment = current.get(("Deployment", meta["name"]))
         pods = ctx.cache.pods_of(owner_key(body))
         wanted = next((o["metadata"]["name"] for o in desired.built.desired if o["kind"] == "ResourceClaimTemplate"), None)
@@ -132,7 +132,7 @@ class Services:
             for phase, seconds in sample.phases.items():
                 STARTUP.observe((body["kind"], meta.get("namespace", ""), meta["name"], phase), seconds)
         resource = desired.built.resource
-        assert isinstance(resource, PoolingService | ScoringService)
+        assert isinstance(resource, Service)
         whole_device = placed_whole(status)
         GPUS_HELD.set((body["kind"], meta.get("namespace", ""), meta["name"]),
                       (status.get("replicas") or 0) * gpus_as_placed(resource, whole_device))

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, ModelCache, PoolingJob, PoolingService, ScoringService
+from pooling_operator.api import ModelCache
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import VllmResource
 from pooling_operator.builders import Plan
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.status import conditions as C
@@ -22,7 +23,7 @@ class Built:
     key: tuple[Any, ...]
     policies: PolicySet
     labels: dict[str, str] | None
-    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob | ModelCache | None
+    resource: VllmResource | ModelCache | None
     problems: list[Problem]  # the spec's own
     policy: AutoscalingPolicySpec | None = None
     policy_problems: list[Problem] = field(default_factory=list)

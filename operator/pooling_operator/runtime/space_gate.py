@@ -33,8 +33,9 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter, Gauge
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import ScoringService
 from pooling_operator.api.clock import rfc3339
+from pooling_operator.api.resources import Service
 from pooling_operator.api.space_check import SpaceCheckSpec
 from pooling_operator.k8s.api import KINDS, ApiError, Kube
 from pooling_operator.k8s.cache import OwnerKey, owner_key
@@ -187,7 +188,7 @@ class SpaceGate:
         """Check one pod and set its condition; returns the result."""
         result = validate({k: v for k, v in owner.items() if k != "status"})
         resource = result.resource
-        if not isinstance(resource, PoolingService | ScoringService) or result.workload is None:
+        if not isinstance(resource, Service) or result.workload is None:
             return "Skipped"
         check = resource.spec.space_check
         if check is None:
@@ -243,7 +244,7 @@ class SpaceGate:
             raise ValueError(f"ConfigMap {ref.name} has no key {ref.key}")
         return sc.parse_canaries(text, scoring)
 
-    async def _ask(self, resource: PoolingService | ScoringService, pod: dict[str, Any],
+    async def _ask(self, resource: Service, pod: dict[str, Any],
                    canaries: list[sc.Canary]) -> list[list[list[float]]] | str:
         """The pod's answers to the canaries, or why there are none."""
         port = resource.spec.service.port
@@ -283,7 +284,7 @@ class SpaceGate:
             self._references[key] = sc.reference_from((cm or {}).get("data"), (cm or {}).get("binaryData"))
         return self._references[key]
 
-    async def _record(self, resource: PoolingService | ScoringService, name: str, key: str, ref: sc.Reference) -> bool:
+    async def _record(self, resource: Service, name: str, key: str, ref: sc.Reference) -> bool:
         """Write the reference (replacing one of other canaries or another fingerprint); False when another pod's was
         written first (kept)."""
         data, binary = ref.data()
@@ -304,12 +305,12 @@ class SpaceGate:
         log.info("Recorded the reference of %s in ConfigMap %s/%s from %s", _space(resource), meta.namespace, name, ref.recorded_from)
         return True
 
-    def _remember(self, resource: PoolingService | ScoringService, cm_name: str, ref: sc.Reference) -> None:
+    def _remember(self, resource: Service, cm_name: str, ref: sc.Reference) -> None:
         last = self._last.setdefault(str(resource.metadata.uid or ""), {})
         last["reference"] = {"configMap": cm_name, "fingerprint": ref.fingerprint, "recordedAt": ref.recorded_at,
                              "recordedFrom": ref.recorded_from, "canaries": len(ref.names)}  # fmt: skip
 
-    async def _conclude(self, owner: dict[str, Any], resource: PoolingService | ScoringService, pod: dict[str, Any],
+    async def _conclude(self, owner: dict[str, Any], resource: Service, pod: dict[str, Any],
                         result: str, passed: bool, worst: float | None, canary: str, message: str, *, retry: bool = False) -> str:
         meta = pod["metadata"]
         condition = {"type": sc.READINESS_GATE, "status": "True" if passed else "False", "reason": result,
@@ -341,7 +342,7 @@ class SpaceGate:
         return result
 
 
-def _space(resource: PoolingService | ScoringService) -> str:
+def _space(resource: Service) -> str:
     if isinstance(resource, ScoringService):
         return f"ScoringService {resource.metadata.name}'s scores"
     return f"embedding space {resource.spec.embedding_space}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingJob
+from pooling_operator.api import HiddenStateJob
 from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api.quantity import binary_quantity
+from pooling_operator.api.resources import Job
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
 from pooling_operator.status.placement import placement_problem
@@ -102,7 +103,7 @@ def storage_status(estimate: tuple[int, str] | None, budget: object | None) -> d
 
 
 def common_job_status(
-    resource: HiddenStateJob | PoolingJob, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
+    resource: Job, job: dict[str, Any] | None, configmap: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None, refusals: list[dict[str, Any]] | None = None,
     queue: QueueObserved | None = None,
 ) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pooling_operator.api import PoolingJob, PoolingService, ScoringService
+from pooling_operator.api import PoolingJob, ScoringService
 from pooling_operator.api.clock import parse_time
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
-from pooling_operator.api.resources import claims_space
+from pooling_operator.api.resources import Service, claims_space
 from pooling_operator.builders import names
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
@@ -27,7 +27,7 @@ from pooling_operator.vllm.workload import Workload, workload
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 
 
-def effective(resource: PoolingService | ScoringService, c: Contract, argv: list[str], w: Workload | None = None,
+def effective(resource: Service, c: Contract, argv: list[str], w: Workload | None = None,
               claim_template: dict[str, Any] | None = None) -> dict[str, Any]:
     w = w or workload(resource)
     out: dict[str, Any] = {"vllmVersion": c.version, "runner": w.runner}
@@ -70,7 +70,7 @@ def claim_capacity_dropped(template: dict[str, Any] | None) -> bool:
     return bool(requests) and not any(((r.get("exactly") or {}).get("capacity") or {}).get("requests") for r in requests)
 
 
-def gpus_as_placed(resource: PoolingService | ScoringService, whole_device: bool = False) -> float:
+def gpus_as_placed(resource: Service, whole_device: bool = False) -> float:
     """What one pod holds as the cluster placed it: what the spec asks (vllm.memory.gpus_held), or one whole
     device where a DRA claim's capacity request was dropped."""
     return 1.0 if whole_device else memory.gpus_held(resource.spec.resources)
@@ -81,7 +81,7 @@ def placed_whole(status: Mapping[str, Any]) -> bool:
     return ((status.get("effective") or {}).get("gpuShare") or {}).get("allocation") == WHOLE_DEVICE
 
 
-def share_status(resource: PoolingService | ScoringService | PoolingJob, w: Workload,
+def share_status(resource: Service | PoolingJob, w: Workload,
                  claim_template: dict[str, Any] | None = None) -> dict[str, Any] | None:
     gpu = resource.spec.resources.gpu if resource.spec.resources else None
     if gpu is None or gpu.share is None:
@@ -119,7 +119,7 @@ def _crashing(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str:
+def endpoint(resource: Service, interceptor: str) -> str:
     """Where clients send requests: the KEDA HTTP add-on's interceptor (with a Host header among the front's
     hosts) when it fronts the service, holding requests while no replica runs (and sending them to the router,
     with routing); else the router's Service with routing; else the service's own Service."""
@@ -129,7 +129,7 @@ def endpoint(resource: PoolingService | ScoringService, interceptor: str) -> str
     return service_url(resource)
 
 
-def service_url(resource: PoolingService | ScoringService) -> str:
+def service_url(resource: Service) -> str:
     """The Service clients reach in cluster DNS: the router's with routing, else the service's own."""
     meta = resource.metadata
     name = names.router(meta.name) if resource.spec.routing is not None else meta.name
@@ -151,7 +151,7 @@ def _router_ready(ready_cond: dict[str, Any], router: dict[str, Any] | None, nam
 
 
 def service_status(
-    resource: PoolingService | ScoringService,
+    resource: Service,
     c: Contract,
     argv: list[str],
     deployment: dict[str, Any] | None,
@@ -245,7 +245,7 @@ def service_status(
     return status
 
 
-def front_withheld(status: dict[str, Any], resource: PoolingService | ScoringService, message: str) -> None:
+def front_withheld(status: dict[str, Any], resource: Service, message: str) -> None:
     """A service whose front hosts another service or route holds (api/front_hosts.py): its InterceptorRoute is not
     written, so the interceptor does not reach it; Ready is False saying who holds which host, and the endpoint is
     the service's own Service, which still serves. Mutates ``status``."""

@@ -6,14 +6,15 @@ import json
 import posixpath
 from typing import Any
 
-from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
+from pooling_operator.api import HiddenStateJob
 from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_folder
+from pooling_operator.api.resources import VllmResource
 from pooling_operator.api.services import SEQUENCE_POOLING
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import option_names
 from pooling_operator.vllm.memory import utilization
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
-from pooling_operator.vllm.workload import Workload, Workloadable, workload
+from pooling_operator.vllm.workload import Workload, workload
 
 MODEL_MOUNT = "/models"
 MODEL_CACHE_MOUNT = "/model-cache"  # a ModelCache's claim, read-only (its hub cache under hub/)
@@ -26,7 +27,7 @@ def compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def share_utilization(resource: Workloadable) -> float | None:
+def share_utilization(resource: VllmResource) -> float | None:
     """A GPU share's vLLM bound: share.memory over the device (vllm/memory.py)."""
     resources = resource.spec.resources
     return utilization(resources.gpu) if resources and resources.gpu and resources.gpu.share else None
@@ -91,7 +92,7 @@ def output_dir(path_in_claim: str) -> str:
 
 
 def vllm_command(
-    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob,
+    resource: VllmResource,
     c: Contract,
     *,
     port: int | None = None,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 
-from pooling_operator.api import HiddenStateJob, PoolingJob
+from pooling_operator.api import HiddenStateJob
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import Job
 from pooling_operator.vllm.contract import CONNECTOR_EXTRA_KEYS, HIDDEN_STATE_CONNECTORS
 from pooling_operator.vllm.models import MLA
 from pooling_operator.vllm.workload import Workload
@@ -75,7 +76,7 @@ def hidden_state_problems(resource: HiddenStateJob, w: Workload) -> Iterator[Pro
         yield Problem("spec.output.storageBudget", M.BUDGET_NEEDS_HIDDEN_SIZE)
 
 
-def job_problems(resource: HiddenStateJob | PoolingJob) -> Iterator[Problem]:
+def job_problems(resource: Job) -> Iterator[Problem]:
     """What every Indexed Job of ours must satisfy: pod names that fit, parallelism within shards, and the
     dataset outside the output folder."""
     spec = resource.spec

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api import ScoringService
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import Service
 from pooling_operator.api.routing import ROUTER_VERSION
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.workload import MODE_ROUTES, Workload, workload
@@ -52,7 +53,7 @@ METRICS_PORT = 29000
 ROUTED_RERANK = "/v2/rerank"
 
 
-def served_routes(resource: PoolingService | ScoringService, c: Contract, w: Workload | None = None) -> list[str]:
+def served_routes(resource: Service, c: Contract, w: Workload | None = None) -> list[str]:
     """The routes a server of this resource answers (not 501), by its runner, task and mode (contract §4)."""
     w = w or workload(resource)
     if w.runner == "generate":
@@ -65,11 +66,11 @@ def served_routes(resource: PoolingService | ScoringService, c: Contract, w: Wor
     return c.routes(w.task, score=score)
 
 
-def routed(resource: PoolingService | ScoringService) -> bool:
+def routed(resource: Service) -> bool:
     return resource.spec.routing is not None
 
 
-def client_routes(resource: PoolingService | ScoringService, c: Contract, w: Workload | None = None) -> list[str]:
+def client_routes(resource: Service, c: Contract, w: Workload | None = None) -> list[str]:
     """The routes a client reaches at status.endpoint: the server's, less what the router cannot carry."""
     routes = served_routes(resource, c, w)
     return [r for r in routes if r not in NOT_CARRIED] if routed(resource) else routes
@@ -81,7 +82,7 @@ def mode_route(resource: ScoringService) -> str:
     return ROUTED_RERANK if routed(resource) and route in NOT_CARRIED else route
 
 
-def routing_problems(resource: PoolingService | ScoringService, w: Workload, c: Contract | None) -> Iterator[Problem]:
+def routing_problems(resource: Service, w: Workload, c: Contract | None) -> Iterator[Problem]:
     """The router beside an API key is refused (it would let every client through with its own key); a server
     none of whose routes pass it is refused; each route it cannot carry, or carries altered, is a warning."""
     if not routed(resource):

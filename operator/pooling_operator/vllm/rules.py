@@ -25,6 +25,7 @@ from pooling_operator.api import (
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import AnyResource, VllmResource
 from pooling_operator.vllm.batch_file_rules import batch_file_problems
 from pooling_operator.vllm.carried_rules import carried_size_problems
 from pooling_operator.vllm.contract import (
@@ -71,7 +72,7 @@ class Subject:
     """What every rule of a chain reads: the resource, its workload view, its contract (None when the version
     is unsupported) and its extraArgs parsed once, plus what the caller knows of policies and namespaces."""
 
-    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob
+    resource: VllmResource
     w: Workload
     c: Contract | None
     xa: ExtraArgs | None
@@ -171,11 +172,11 @@ def network_policy(s: Subject) -> Iterable[Problem]:
 
 
 # The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
-CHAINS: dict[type, tuple[Rule, ...]] = {
-    PoolingService: (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy, routing),
-    ScoringService: (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy, routing),
-    HiddenStateJob: (model_and_engine, storage, extra_args, gpus, hidden_state_job),
-    PoolingJob: (model_and_engine, storage, extra_args, gpus, pooling_job),
+CHAINS: dict[str, tuple[Rule, ...]] = {  # by kind, as builders.BUILDERS
+    "PoolingService": (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy, routing),
+    "ScoringService": (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy, routing),
+    "HiddenStateJob": (model_and_engine, storage, extra_args, gpus, hidden_state_job),
+    "PoolingJob": (model_and_engine, storage, extra_args, gpus, pooling_job),
 }
 
 
@@ -190,7 +191,7 @@ class Judgement:
 
 
 def judge(
-    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy | ModelCache,
+    resource: AnyResource,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,
@@ -208,12 +209,12 @@ def judge(
     c = contract(version) if version else None
     xa = parse_extra_args(w.engine.extra_args, c) if c is not None else None  # once, for every rule
     subject = Subject(resource, w, c, xa, settings or Settings(), policies, namespace_labels)
-    problems = [p for rule in CHAINS[type(resource)] for p in rule(subject)]
+    problems = [p for rule in CHAINS[resource.kind] for p in rule(subject)]
     return Judgement(sorted(set(problems), key=lambda p: (p.severity != "error", p.path, p.message)), w, c)
 
 
 def check(
-    resource: PoolingService | ScoringService | HiddenStateJob | PoolingJob | AutoscalingPolicy,
+    resource: AnyResource,
     settings: Settings | None = None,
     policies: Mapping[str, AutoscalingPolicySpec] | None = None,
     namespace_labels: Mapping[str, str] | None = None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, ScoringService
 from pooling_operator.api.base import EngineSpec, ModelSpec
-from pooling_operator.api.resources import FAMILY_KINDS
+from pooling_operator.api.resources import FAMILY_KINDS, VllmResource
 from pooling_operator.api.services import GenerativeSpec, PoolingSpec
 from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, resolve_version
 from pooling_operator.vllm.models import ModelFacts, facts
@@ -17,7 +17,6 @@ from pooling_operator.vllm.models import ModelFacts, facts
 MODE_TASKS = {"crossEncoder": "classify", "biEncoder": "embed", "lateInteraction": "token_embed"}
 MODE_ROUTES = {"crossEncoder": "/rerank", "biEncoder": "/rerank", "lateInteraction": "/rerank", "generative": "/generative_scoring"}
 
-Workloadable = PoolingService | ScoringService | HiddenStateJob | PoolingJob
 JOB_KINDS = FAMILY_KINDS["job"]  # an Indexed Job with vLLM as a native sidecar, not a served Deployment
 
 
@@ -96,6 +95,6 @@ VIEWS: dict[str, Callable[[Any], Workload]] = {
 }
 
 
-def workload(resource: Workloadable) -> Workload:
+def workload(resource: VllmResource) -> Workload:
     """What vLLM is asked to run for a service or job: the one view rules, builders and status read."""
     return VIEWS[resource.kind](resource)

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from pooling_operator.api import AutoscalingPolicy, PoolingService, ScoringService
+from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
+from pooling_operator.api.resources import Service
 from pooling_operator.autoscaling.simulator import calibrate, plot
 from pooling_operator.autoscaling.simulator.cotenants import NamespaceResult, run_namespace, tenant_for
 from pooling_operator.autoscaling.simulator.routing import ROUTINGS
@@ -103,7 +104,7 @@ def add_parser(subparsers: Any) -> None:
     s.set_defaults(func=cmd_simulate)
 
 
-def read_service(path: str) -> tuple[PoolingService | ScoringService, AutoscalingPolicySpec | None]:
+def read_service(path: str) -> tuple[Service, AutoscalingPolicySpec | None]:
     """The one service of the file and the policy it follows (from the same file)."""
     docs = list(load([path]))
     results = [(doc, validate(doc.body)) for doc in docs]
@@ -112,7 +113,7 @@ def read_service(path: str) -> tuple[PoolingService | ScoringService, Autoscalin
             p = result.errors[0]
             raise InputError(f"{doc.file}: {result.kind}/{result.name}: {p.path}: {p.message}")
     policies = {r.resource.metadata.name: r.resource.spec for _, r in results if isinstance(r.resource, AutoscalingPolicy)}
-    services = [(doc, r.resource) for doc, r in results if isinstance(r.resource, PoolingService | ScoringService)]
+    services = [(doc, r.resource) for doc, r in results if isinstance(r.resource, Service)]
     if len(services) != 1:
         kinds = ", ".join(sorted({r.kind for _, r in results})) or "no documents"
         raise InputError(f"{path}: expected exactly one PoolingService or ScoringService, found {len(services)} ({kinds})")
@@ -121,7 +122,7 @@ def read_service(path: str) -> tuple[PoolingService | ScoringService, Autoscalin
     if checked.errors:
         p = checked.errors[0]
         raise InputError(f"{doc.file}: {checked.kind}/{checked.name}: {p.path}: {p.message}")
-    assert isinstance(service, PoolingService | ScoringService)
+    assert isinstance(service, Service)
     return service, policy_for(service.spec.autoscaling, policies)
 
 
@@ -169,7 +170,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_cotenants(args: argparse.Namespace, resource: PoolingService | ScoringService, setup: Setup, trace: Trace) -> int:
+def cmd_cotenants(args: argparse.Namespace, resource: Service, setup: Setup, trace: Trace) -> int:
     """SERVICE.yaml and every --cotenant in one namespace (raises InputError, as cmd_simulate's body does)."""
     if args.compare or args.plot:
         raise InputError("--cotenant runs the operator's autoscaler on every service: --compare and --plot are for one service")
@@ -226,7 +227,7 @@ def cotenants_json(result: NamespaceResult) -> dict[str, Any]:
     }
 
 
-def measured_startup(resource: PoolingService | ScoringService) -> float | None:
+def measured_startup(resource: Service) -> float | None:
     """The service's own typical start-up when the file carries its status (`kubectl get -o yaml`)."""
     startup = resource.status.startup if resource.status is not None else None
     value = startup.typical_seconds if startup is not None else None

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pooling_operator.api import PoolingService, ScoringService
+from pooling_operator.api.resources import Service
 from pooling_operator.autoscaling.simulator.servicemodel import Replica
 from pooling_operator.autoscaling.simulator.simulate import Operator, Placed, Result, ServiceRun, Setup
 from pooling_operator.autoscaling.simulator.trace import InputError, Trace
@@ -46,7 +46,7 @@ class Tenant:
     whole: int = 1  # devices one pod of whole GPUs takes (resources.gpu.count)
 
 
-def tenant_for(resource: PoolingService | ScoringService, setup: Setup, trace: Trace) -> tuple[Tenant, int | None]:
+def tenant_for(resource: Service, setup: Setup, trace: Trace) -> tuple[Tenant, int | None]:
     """The tenant of a service and the memory of the device it shares (None: whole GPUs); InputError naming the
     field where it cannot share a time-sliced device: a MIG slice is isolated in hardware (it shares nothing: simulate
     it alone), and a share needs the device's memory."""

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pooling_operator.api import PoolingService, ScoringService
 from pooling_operator.api.policy import AutoscalingPolicySpec, AutoscalingTargets
+from pooling_operator.api.resources import Service
 from pooling_operator.api.schema import duration_seconds
 from pooling_operator.autoscaling.decide import PERIOD_SECONDS, Budget, Observed, State, decide, signals_from
 from pooling_operator.autoscaling.simulator.baselines import Oracle, hpa_queue, keda
@@ -52,7 +52,6 @@ POLICIES = ("operator", "hpa-queue", "keda", "oracle")
 WAKE = "wake"  # the value a service's wake query reads: the front's requests (held or in flight)
 DEFAULT_SCRAPE_SECONDS = 15.0
 
-Service = PoolingService | ScoringService
 
 
 class Policy(Protocol):
@@ -405,7 +404,7 @@ def setup_for(resource: Any, policy: AutoscalingPolicySpec | None, params: Servi
               scrape_interval: float = DEFAULT_SCRAPE_SECONDS, initial_replicas: int | None = None,
               routing: Routing = "even") -> Setup:
     """The Setup of a parsed resource; InputError when it is not an autoscaled service with a p99 target."""
-    if not isinstance(resource, PoolingService | ScoringService):
+    if not isinstance(resource, Service):
         raise InputError(f"expected a PoolingService or ScoringService, got {getattr(resource, 'kind', type(resource).__name__)}")
     name = f"{resource.kind}/{resource.metadata.name}"
     if resource.spec.autoscaling is None:
