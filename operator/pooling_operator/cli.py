@@ -15,6 +15,7 @@ from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy, ModelCache
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import policy_for
+from pooling_operator.api.resources import SHARE_KINDS
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache, claim_name
@@ -27,7 +28,6 @@ from pooling_operator.pods.model_cache.cli import add_parser as add_model_cache_
 from pooling_operator.pods.vectors.cli import add_parser as add_pooling_job_parser
 from pooling_operator.status.services import share_status
 from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR, KEDA_HTTP_SCALER, Settings
-from pooling_operator.vllm.share_rules import SHARE_KINDS
 from pooling_operator.vllm.validate import Result, problem_line
 
 EXIT_OK, EXIT_INVALID, EXIT_INPUT = 0, 1, 2

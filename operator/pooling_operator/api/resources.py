@@ -110,6 +110,7 @@ class KindInfo:
     family: Family
     component: str | None = None  # the app.kubernetes.io/component label of its children (None: it has none)
     claims_space: bool = False  # spec.embeddingSpace claims a label for one vector space in its namespace
+    gpu_share: bool = False  # spec.resources.gpu.share may put several of its pods on one GPU (docs/gpu-sharing.md)
 
     @property
     def singular(self) -> str:
@@ -162,6 +163,7 @@ KINDS: dict[str, KindInfo] = {
             family="service",
             component="pooling-service",
             claims_space=True,
+            gpu_share=True,
         ),
         KindInfo(
             kind="ScoringService",
@@ -175,6 +177,7 @@ KINDS: dict[str, KindInfo] = {
             scale=True,
             family="service",
             component="scoring-service",
+            gpu_share=True,
         ),
         KindInfo(
             kind="HiddenStateJob",
@@ -238,6 +241,7 @@ KINDS: dict[str, KindInfo] = {
             family="job",
             component="pooling-job",
             claims_space=True,
+            gpu_share=True,
         ),
         KindInfo(
             kind="ModelCache",
@@ -289,6 +293,8 @@ def claims_space(kind: str) -> bool:
     """Whether `kind`'s spec.embeddingSpace claims a vector space in its namespace."""
     return KINDS[kind].claims_space
 
+
+SHARE_KINDS = tuple(k for k, i in KINDS.items() if i.gpu_share)  # the kinds whose pods may share a GPU
 
 FAMILY_KINDS: dict[str, tuple[str, ...]] = {f: tuple(k for k, i in KINDS.items() if i.family == f)
                                             for f in ("service", "job", "cache", "policy")}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooling_operator.api.quantity import parse_quantity
+from pooling_operator.api.resources import KINDS
 from pooling_operator.api.schema import duration_seconds
 from pooling_operator.status import conditions as C
 
@@ -56,9 +57,10 @@ def series(body: dict[str, Any]) -> dict[str, dict[str, float]]:
         if isinstance(c, dict) and c.get("type") in C.TYPES_ORDER:
             out["vllm_pooling_operator_condition"][c["type"]] = 1.0 if c.get("status") == "True" else 0.0
     kind = body.get("kind")
-    if kind in ("PoolingService", "ScoringService"):
+    what = KINDS[kind].family if kind in KINDS else None
+    if what == "service":
         _service(spec, status, out)
-    if kind in ("HiddenStateJob", "PoolingJob"):
+    if what == "job":
         _job(spec, status, out)
     return {name: values for name, values in out.items() if values}
 

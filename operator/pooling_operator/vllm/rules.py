@@ -25,7 +25,7 @@ from pooling_operator.api import (
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.policy_rules import autoscaling_problems, policy_problems
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.resources import AnyResource, VllmResource
+from pooling_operator.api.resources import AnyResource, Service, VllmResource
 from pooling_operator.vllm.batch_file_rules import batch_file_problems
 from pooling_operator.vllm.carried_rules import carried_size_problems
 from pooling_operator.vllm.contract import (
@@ -157,7 +157,7 @@ def autoscaling(s: Subject) -> Iterable[Problem]:
 
 def routing(s: Subject) -> Iterable[Problem]:
     """The router in front (spec.routing): vllm/router.py."""
-    assert isinstance(s.resource, (PoolingService, ScoringService))
+    assert isinstance(s.resource, Service)
     yield from routing_problems(s.resource, s.w, s.c)
 
 

@@ -9,6 +9,7 @@ from pooling_operator.api import messages as M
 from pooling_operator.api.gpu import GpuSpec, ResourcesSpec
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
+from pooling_operator.api.resources import SHARE_KINDS
 from pooling_operator.vllm.extra_args import ExtraArgs
 from pooling_operator.vllm.gpu_tables import MIG_PROFILES, PRODUCTS, mig_family
 from pooling_operator.vllm.memory import (
@@ -22,7 +23,6 @@ from pooling_operator.vllm.memory import (
 from pooling_operator.vllm.workload import Workload
 
 P = "spec.resources.gpu"
-SHARE_KINDS = ("PoolingService", "ScoringService", "PoolingJob")
 # Flags that size vLLM's memory apart from --gpu-memory-utilization: with a share they would escape its bound
 # (kv_cache_memory_bytes "does not respect the gpu_memory_utilization config", v1/worker/gpu_worker.py:649-676).
 BOUND_FLAGS = ("--kv-cache-memory-bytes",)
