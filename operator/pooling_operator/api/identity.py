@@ -1,6 +1,6 @@
 """The identity contract of every child: the labels the operator puts on what it creates, the component name
 per kind, and the selector labels. The builders write these, and the I/O layer (the watches, the cache, the
-re-list) reads them: one place for both (../shared/DESIGN.md, "labels on every child")."""
+re-list) reads them: one place for both (docs/design.md, "Names every child carries")."""
 
 from __future__ import annotations
 

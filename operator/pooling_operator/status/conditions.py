@@ -2,7 +2,7 @@
 
 On the first visit (a service whose Deployment does not exist yet) Ready and Degraded are `Unknown` with
 reason `Creating`: nothing has failed, nothing is known yet. Conditions follow the Kubernetes API conventions: CamelCase reasons, `observedGeneration`, and a
-`lastTransitionTime` that moves only when the status flips. Two field managers write them (DESIGN.md):
+`lastTransitionTime` that moves only when the status flips. Two field managers write them (docs/design.md):
 the reconcile (`vllm-pooling-operator`) owns every type but the autoscaler's two, which the autoscaler
 (`vllm-pooling-operator-autoscaler`) owns; conditions are a list-map keyed by `type`, so neither removes
 the other's entries.
