@@ -121,9 +121,10 @@ unit: venv ## The pure tests on both cores (no cluster, no processes; <= 30 s on
 	$(PY) -m pytest tests -n 2 -m "not integration and not thorough" $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv ## ruff and the import-linter layer contract
+lint: venv ## ruff, the import-linter layer contract and mypy over operator/ (its settings in pyproject.toml)
 	$(VENV)/bin/ruff check operator tests e2e bench argocd dashboards tools conftest.py
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 .PHONY: crds
 crds: venv ## Regenerate crds/ from the pydantic models, the chart's copy of them and docs/api.md

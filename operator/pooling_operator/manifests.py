@@ -36,7 +36,7 @@ _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-class _StrictLoader(_SafeLoader):  # type: ignore[valid-type,misc]
+class _StrictLoader(_SafeLoader):
     """SafeLoader that refuses duplicate keys: a silently dropped duplicate is a lost user setting."""
 
 

@@ -158,11 +158,11 @@ class AutoscalingSpec(Spec):
         description="operator (the built-in autoscaler) or keda (a KEDA ScaledObject is created). Default operator.",
     )
     wake: WakeSpec | None = Field(
-        default=None, description=WakeSpec.__doc__ + " Needed for minReplicas 0 without a front; with one, default: "
+        default=None, description=(WakeSpec.__doc__ or "") + " Needed for minReplicas 0 without a front; with one, default: "
         "the front's pending requests for this service."
     )
     front: FrontSpec | None = Field(default=None, description=FrontSpec.__doc__)
-    scale_to_zero: ScaleToZeroSpec | None = Field(default=None, description=ScaleToZeroSpec.__doc__ + " minReplicas 0 only.")
+    scale_to_zero: ScaleToZeroSpec | None = Field(default=None, description=(ScaleToZeroSpec.__doc__ or "") + " minReplicas 0 only.")
 
     def wake_query(self, namespace: str, name: str) -> str | None:
         """The wake signal: wake.prometheus.query as written, else the front's pending requests for this service

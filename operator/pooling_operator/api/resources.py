@@ -127,7 +127,7 @@ class KindInfo:
 
 
 def _col(name: str, path: str, type_: str = "string", description: str = "", priority: int = 0) -> dict[str, Any]:
-    col = {"name": name, "type": type_, "jsonPath": path, "description": description}
+    col: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path, "description": description}
     if priority:
         col["priority"] = priority
     return col

@@ -224,7 +224,7 @@ class PoolingServiceSpec(ServingSpec):
         "vectors from two spaces never mix in one index.",
     )
     space_check: SpaceCheckSpec | None = Field(
-        default=None, description=SpaceCheckSpec.__doc__ + " Needs embeddingSpace: the reference is the space's."
+        default=None, description=(SpaceCheckSpec.__doc__ or "") + " Needs embeddingSpace: the reference is the space's."
     )
 
 
@@ -281,7 +281,7 @@ class ScoringServiceSpec(ServingSpec):
     pooling: PoolingSpec | None = Field(default=None, description="Pooler settings; biEncoder only.")
     generative: GenerativeSpec | None = Field(default=None, description=GenerativeSpec.__doc__)
     space_check: SpaceCheckSpec | None = Field(
-        default=None, description=SpaceCheckSpec.__doc__ + " A ScoringService's canaries are query/document pairs and its "
+        default=None, description=(SpaceCheckSpec.__doc__ or "") + " A ScoringService's canaries are query/document pairs and its "
         "reference the scores of its first pod; a new pod's scores may differ by the stated tolerance.",
     )
 

@@ -42,7 +42,7 @@ class SpaceCheckSpec(Spec):
     the space's reference (recorded from the space's first pod) before the pod may turn Ready."""
 
     canaries: CanariesSpec | None = Field(
-        default=None, description=CanariesSpec.__doc__ + " Default: the built-in set (short and long inputs in several "
+        default=None, description=(CanariesSpec.__doc__ or "") + " Default: the built-in set (short and long inputs in several "
         "scripts, one past a typical chunk size; docs/embedding-space.md).",
     )
     min_cosine: str | None = Field(

@@ -213,13 +213,14 @@ def decide_or_zero(now: float, wall: str, signals: Signals, observed: Observed, 
     busy = signals.in_system is not None and signals.reporting and signals.in_system / signals.reporting >= WAKE_BUSY_IN_SYSTEM
     if capacity and (d.state.capacity_saturated or busy):  # what one replica serves (or a lower bound), for the next wake
         outcome = replace(outcome, state=replace(outcome.state, capacity_rps=capacity, capacity_saturated=d.state.capacity_saturated))
-    if outcome.desired is not None:
-        if outcome.desired > observed.replicas:  # a wake sized again while its replicas load
-            granted, limit_reason, limit_message = bounds(targets, budget, observed, outcome.desired)
-            d = _woken_to(replace(d, reason=outcome.reason), now, outcome.desired, granted, limit_reason, limit_message)
+    wanted = outcome.desired
+    if wanted is not None:
+        if wanted > observed.replicas:  # a wake sized again while its replicas load
+            granted, limit_reason, limit_message = bounds(targets, budget, observed, wanted)
+            d = _woken_to(replace(d, reason=outcome.reason), now, wanted, granted, limit_reason, limit_message)
             outcome = replace(outcome, desired=granted)
         else:
-            d = replace(d, desired=outcome.desired, reason=outcome.reason)
+            d = replace(d, desired=wanted, reason=outcome.reason)
     return replace(d, zero=outcome)
 
 

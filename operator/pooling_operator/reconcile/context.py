@@ -139,7 +139,7 @@ class Events:
         finally:
             # gone from the set as soon as the queue is seen empty, with no await in between: a post() that comes
             # later starts a worker of its own rather than counting on this one
-            self._workers.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._workers.discard(asyncio.current_task())
 
     async def _quiet(self, busy: Busy) -> None:
         """Until the work queue is empty, or the operator stops (its workers gone, the queue may never empty)."""

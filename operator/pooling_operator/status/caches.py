@@ -87,14 +87,14 @@ def cache_status(resource: ModelCache, job: dict[str, Any] | None, pods: list[di
 
 
 def _job_message(job: dict[str, Any] | None) -> str:
-    cond = next((c for c in ((job or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"), {})
+    cond: dict[str, Any] = next((c for c in ((job or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"), {})
     return str(cond.get("message") or cond.get("reason") or "the fill Job failed without a result")
 
 
 def cache_ready(cache: dict[str, Any] | None) -> tuple[str, str] | None:
     """(claim, revision) a service mounts when the ModelCache `cache` (a raw body) is Ready, else None."""
     status = (cache or {}).get("status") or {}
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == C.READY), {})
+    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == C.READY), {})
     if ready.get("status") != "True" or not status.get("revision") or not status.get("claimName"):
         return None
     return str(status["claimName"]), str(status["revision"])

@@ -50,8 +50,7 @@ BY_NAME = {f.name: f for f in FAMILIES}
 
 def series(body: dict[str, Any]) -> dict[str, dict[str, float]]:
     """{family name: {its label's value: value}} for one object, as watched."""
-    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-    status = body.get("status") if isinstance(body.get("status"), dict) else {}
+    spec, status = _dict(body, "spec"), _dict(body, "status")
     out: dict[str, dict[str, float]] = {f.name: {} for f in FAMILIES}
     for c in status.get("conditions") or []:
         if isinstance(c, dict) and c.get("type") in C.TYPES_ORDER:
@@ -65,10 +64,16 @@ def series(body: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {name: values for name, values in out.items() if values}
 
 
+def _dict(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """parent[key] where it is a mapping, else empty: a status or spec block as watched, never trusted."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _service(spec: dict[str, Any], status: dict[str, Any], out: dict[str, dict[str, float]]) -> None:
     replicas = out["vllm_pooling_operator_replicas"]
-    scaling = spec.get("autoscaling") if isinstance(spec.get("autoscaling"), dict) else None
-    observed = status.get("autoscaling") if isinstance(status.get("autoscaling"), dict) else {}
+    scaling = _dict(spec, "autoscaling") if isinstance(spec.get("autoscaling"), dict) else None
+    observed = _dict(status, "autoscaling")
     desired = observed.get("desiredReplicas") if scaling is not None else spec.get("replicas", 1)
     _put(replicas, "desired", desired)
     _put(replicas, "ready", status.get("readyReplicas", 0))
@@ -86,22 +91,22 @@ def _service(spec: dict[str, Any], status: dict[str, Any], out: dict[str, dict[s
                 latency["target"] = duration_seconds(target)
             except ValueError:
                 pass
-    startup = status.get("startup") if isinstance(status.get("startup"), dict) else {}
+    startup = _dict(status, "startup")
     _put(out["vllm_pooling_operator_startup_seconds"], "last", startup.get("lastSeconds"))
     _put(out["vllm_pooling_operator_startup_seconds"], "typical", startup.get("typicalSeconds"))
 
 
 def _job(spec: dict[str, Any], status: dict[str, Any], out: dict[str, dict[str, float]]) -> None:
-    samples = status.get("samples") if isinstance(status.get("samples"), dict) else {}
+    samples = _dict(status, "samples")
     _put(out["vllm_pooling_operator_job_samples"], "done", samples.get("done"))
     _put(out["vllm_pooling_operator_job_samples"], "failed", samples.get("failed"))
-    dataset = status.get("dataset") if isinstance(status.get("dataset"), dict) else {}
+    dataset = _dict(status, "dataset")
     _put(out["vllm_pooling_operator_job_samples"], "total", dataset.get("lines"))
     written = out["vllm_pooling_operator_job_bytes"]
     _put(written, "written", status.get("bytesWritten"))
-    storage = status.get("storage") if isinstance(status.get("storage"), dict) else {}
+    storage = _dict(status, "storage")
     _put(written, "estimated", storage.get("estimatedBytes"))
-    output = spec.get("output") if isinstance(spec.get("output"), dict) else {}
+    output = _dict(spec, "output")
     budget = output.get("storageBudget")
     if isinstance(budget, (int, str)) and not isinstance(budget, bool):
         try:

@@ -124,7 +124,7 @@ class Operator:
         s = self.setup
         # The start-up the operator learns from the pods (status.startup), here the model's own.
         observed = Observed(replicas=current, ready=ready, startup_seconds=s.params.startup_s)
-        signals = signals_from({k: v for k, v in values.items() if k != WAKE}, self.named)  # type: ignore[arg-type]
+        signals = signals_from({k: v for k, v in values.items() if k != WAKE}, self.named)
         if s.zero:  # the front's requests, held or in flight, are the wake query's value
             d = decide_or_zero(now, f"{now:.0f}s", signals, observed, s.targets, self.state, self.zero,
                                Wake(values.get(WAKE)), s.idle_seconds, s.budget(current))  # fmt: skip

@@ -133,7 +133,7 @@ def inspect_file(path: str, expect: Expectation, *, lock_timeout: float = 600.0)
             tensors = parse_header(f.read(n), size - 8 - n)
             tokens, dtype, hidden = check_tensors(tensors, expect)
             f.seek(0)
-            digest = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
             if expect.token_ids is not None:
                 ids = tensors[TOKEN_IDS]
                 raw = os.pread(f.fileno(), ids.end - ids.begin, 8 + n + ids.begin)

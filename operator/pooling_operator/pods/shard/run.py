@@ -105,7 +105,7 @@ class ShardRun:
     def name(self) -> str:
         return f"shard {self.config.shard}"
 
-    async def _io(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _io(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def run(self) -> int:

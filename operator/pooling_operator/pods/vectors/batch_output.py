@@ -82,7 +82,7 @@ class Parts:
         return self._rows[entry.row : entry.row + entry.rows]
 
 
-def _jsonl(path: Path) -> Iterator[dict]:  # type: ignore[type-arg]
+def _jsonl(path: Path) -> Iterator[dict]:
     if not path.exists():
         return
     for raw in path.read_bytes().splitlines():
