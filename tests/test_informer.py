@@ -75,8 +75,8 @@ class Script:
             raise answer
         return answer
 
-    async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "") -> AsyncIterator[dict[str, Any]]:
-        self.requests.append(("watch " + path, list(query)))
+    async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "", timeout: int = 300) -> AsyncIterator[dict[str, Any]]:
+        self.requests.append(("watch " + path, [*query, ("timeoutSeconds", str(timeout))]))
         if not self.watches:
             self.idle.set()
             await asyncio.Event().wait()
@@ -354,3 +354,22 @@ def test_a_policys_own_status_write_reconciles_nothing_but_a_change_of_its_rules
         handle(event)
         assert runtime.calls.count(("policy",)) == calls, event.type
     assert watches.policies.objects() == 0
+
+
+def test_the_first_watch_after_an_interruption_is_short_and_the_next_long_again() -> None:
+    """A restarted API server accepted a watch and sent nothing on it, not even a deletion (test_faults' restart,
+    3 fresh runs of many): after a broken connection, a 429 or a re-list the next watch asks to be ended after
+    SETTLING_WATCH_SECONDS; once one ends as asked, the next are the usual five minutes."""
+    script, events = Script(), []
+    script.lists = [listing(rv=10), listing(rv=20)]
+    script.watches = [[], TransientError(0, "ClientConnectorError"), [], [], [{"type": "ERROR", "object": {"code": 410}}], []]
+    informer = informer_of(script, events)
+
+    async def pause(s: float) -> None:
+        pass
+
+    informer.pause = pause
+    asyncio.run(until_idle(script, informer))
+    asked = [dict(q)["timeoutSeconds"] for r, q in script.requests if r.startswith("watch")]
+    # first watch long; after the broken connection short, then long; after the 410's re-list short, then long
+    assert asked == ["300", "300", "10", "300", "300", "10", "300"], asked

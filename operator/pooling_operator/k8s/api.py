@@ -189,17 +189,18 @@ class Kube:
             raise classify(status, reason, data.decode(errors="replace"), headers)
         return json.loads(data) if data else None
 
-    async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "application/json") -> AsyncIterator[dict[str, Any]]:
-        """The events of one watch request (``watch=1`` and ``timeoutSeconds`` are added), as parsed JSON lines,
+    async def watch(self, path: str, query: list[tuple[str, Any]], *, accept: str = "application/json",
+                    timeout: int = WATCH_SERVER_SECONDS) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
+        """The events of one watch request (``watch=1`` and ``timeoutSeconds``: ``timeout``), as parsed JSON lines,
         until the API server ends it. An answer other than 200 raises as `request` does; a broken connection or a
         watch that outlives the server's timeout raises TransientError. Not counted in REQUESTS (a watch is
         not a request the operator repeats)."""
         api = await self._api()
-        query = [*query, ("watch", "1"), ("timeoutSeconds", str(WATCH_SERVER_SECONDS))]
+        query = [*query, ("watch", "1"), ("timeoutSeconds", str(timeout))]
         try:
             response = await api.call_api(
                 path, "GET", query_params=query, auth_settings=["BearerToken"], header_params={"Accept": accept},
-                _preload_content=False, _request_timeout=WATCH_CLIENT_SECONDS,
+                _preload_content=False, _request_timeout=timeout + WATCH_CLIENT_SECONDS - WATCH_SERVER_SECONDS,
             )
             async with response:
                 if response.status != 200:

@@ -7,6 +7,11 @@ object), so that a re-list can be compared with it:
 - a watch the API server ends (its timeout) is resumed from the last resourceVersion seen (bookmarks on);
 - a broken connection is retried with backoff from the same version; a 429 (a restarted API server's watch
   cache still filling, or throttling) is retried after its Retry-After, never with a growing pause;
+- the first watch after an interruption (a re-list, a broken connection, a 429) asks the API server to end it
+  after `SETTLING_WATCH_SECONDS`, not the usual five minutes: a restarted API server has been seen to accept a
+  watch and then send nothing on it, not even the deletion of an object, for longer than a test waits
+  (test_faults' API-server restart, 3 fresh runs of many); resumed from its last version, a silent watch costs
+  seconds, not minutes. Once one such watch ends as asked, the next are long again;
 - a watch that comes back 410 Gone (etcd compacted that version; a restarted API server's watch cache no
   longer holds it) lists the kind again, and hands over only what differs from what it remembers: objects
   new or changed since, and objects it remembers that the list lacks, as deleted (`vanished`): no event will
@@ -29,13 +34,14 @@ from typing import Any
 from prometheus_client import Counter
 
 from pooling_operator.api.kinds import Kind
-from pooling_operator.k8s.api import ApiError, Kube, TransientError
+from pooling_operator.k8s.api import WATCH_SERVER_SECONDS, ApiError, Kube, TransientError
 
 log = logging.getLogger(__name__)
 
 PAGE = 500  # objects per list page: the memory of one answer, not of the kind
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 RETRY_AFTER_MAX_SECONDS = 5.0  # a 429's Retry-After is followed up to this
+SETTLING_WATCH_SECONDS = 10  # the first watch after an interruption is ended by the API server this soon
 
 RELISTS = Counter("vllm_pooling_operator_relist_sweeps", "Re-lists of a kind after its watch came back 410 Gone "
                   "(or broke in a way a resumed watch cannot mend), compared with what the operator knew.", ["kind"])
@@ -104,6 +110,7 @@ class Informer:
         self.served: bool | None = None  # None until the first list answered
         self._serve = asyncio.Event()
         self._failures = 0
+        self._settling = False  # the next watch follows an interruption: a short one (SETTLING_WATCH_SECONDS)
         RELISTS.labels(kind.kind)  # at 0 from the start: the operator dashboard and rate() see every kind
 
     @property
@@ -122,7 +129,9 @@ class Informer:
                     rv = await self.relist()
                     if self.lists > 1:  # after a re-list: said once, so a watch that then hears nothing shows
                         log.info("Watching %s again from resourceVersion %s", self.name, rv)
+                        self._settling = True
                 rv = await self._watch(rv)
+                self._settling = False  # ended as asked: the API server answers watches again
             except Expired:
                 rv = ""
             except NotServed:
@@ -187,7 +196,8 @@ class Informer:
         """Watch from `rv` until the API server ends the watch; the last resourceVersion seen."""
         query = [*self.query, ("resourceVersion", rv), ("allowWatchBookmarks", "true")]
         try:
-            async for event in self.kube.watch(self.kind.path(self.namespace), query, accept=_single(self.accept)):
+            timeout = SETTLING_WATCH_SECONDS if self._settling else WATCH_SERVER_SECONDS
+            async for event in self.kube.watch(self.kind.path(self.namespace), query, accept=_single(self.accept), timeout=timeout):
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     code = obj.get("code")
@@ -232,6 +242,7 @@ class Informer:
             log.exception("Handling %s %s of %s failed", event.type, _named(event.body), self.name)
 
     async def _backoff(self, exc: Exception) -> None:
+        self._settling = True
         if isinstance(exc, ApiError) and exc.status == 429:
             # The API server is there and says when to come back: a restarted one answers every watch 429 while
             # its watch cache fills (KEP-4568), for seconds under load. Growing the pause on each would leave a
