@@ -46,9 +46,9 @@ def test_old_points_are_folded_and_the_record_still_covers_two_windows() -> None
     held = start(0, 1.0, None, 15)
     for i in range(1, 400):
         held = record(held, i * 60.0, float(i % 3), HOUR)
-    assert len(held.points) <= 2 * 60 + 1
+    assert len(held.points) <= 3 * 60 + 1
     now = 399 * 60.0
-    end = window_end(now, HOUR)
+    end = window_end(now - grace(HOUR), HOUR)  # the window the loop reads next, as it computes it
     assert gpu_seconds(held, end - HOUR, end) is not None and held.since <= end - HOUR
 
 
@@ -117,3 +117,16 @@ def test_bad_pricing_is_refused_naming_the_field(pricing: object, path: str) -> 
 
 def test_a_priced_policy_is_accepted() -> None:
     assert validate(policy({"currency": "EUR", "gpuHour": {"NVIDIA-H100-80GB-HBM3": "2.50", "NVIDIA-L4": "0.7"}})).ok
+
+
+def test_the_window_read_within_its_grace_is_still_inside_the_record() -> None:
+    """Read 30 s after the hour (inside the 60 s grace) the loop reads the window that ended an hour earlier, which
+    began two hours and 30 s before now: the record, its old readings folded, still covers it."""
+    held = start(0, 1.0, None, 15)
+    t = 0.0
+    while t < 3 * HOUR + 30:
+        t += 15
+        held = record(held, t, float(int(t // 15) % 2 + 1), HOUR)
+    end = window_end(t - grace(HOUR), HOUR)
+    assert end == 2 * HOUR
+    assert gpu_seconds(held, end - HOUR, end) == pytest.approx(1.5 * HOUR, abs=1e-6)

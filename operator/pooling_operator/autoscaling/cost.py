@@ -53,14 +53,15 @@ def start(now: float, gpus: float, created: float | None, period: float) -> Held
 
 
 def record(held: Held, now: float, gpus: float, window: float) -> Held:
-    """One reading: a point where the count changed; points older than two windows are folded into one."""
+    """One reading: a point where the count changed; points older than three windows are folded into one (the window
+    read next begins at most two windows and a grace before now: its start stays inside the record)."""
     points = held.points
     if not points or points[-1][1] != gpus:
         points = (*points, (now, gpus))
-    horizon = now - 2 * window
+    horizon, dropped = now - 3 * window, False
     while len(points) > 1 and points[1][0] <= horizon:
-        points = points[1:]
-    return Held(since=max(held.since, points[0][0]) if len(points) < len(held.points) else held.since, points=points)
+        points, dropped = points[1:], True
+    return Held(since=max(held.since, points[0][0]) if dropped else held.since, points=points)
 
 
 def grace(window: float) -> float:
