@@ -17,7 +17,7 @@ same for other `--slow` factors, to show how much the prediction rests on it.
 
     .venv/bin/python bench/router_sim_check.py [--seeds 20] [--json bench/results/router_sim_check.json]
 
-A benchmark: prints figures, never gates the suite. Runs in about a minute on one core.
+A benchmark: prints figures, never gates the suite. Runs in about 2 s on one core.
 """
 
 from __future__ import annotations

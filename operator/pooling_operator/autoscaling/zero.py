@@ -89,11 +89,9 @@ def wake_size(held: float, since_wake: float, capacity_rps: float | None, startu
 def _woken(held: float, size: int, state: ZeroState) -> str:
     if size == 1 or not state.capacity_rps:
         return f"the wake query read {held:g}"
-    if not state.capacity_saturated:
-        return (f"the wake query read {held:g}: {size} replicas serve what waits within {WAKE_DRAIN_SECONDS:.0f} s of Ready "
-                f"at the {state.capacity_rps:.1f} requests/s one replica served on target before")  # fmt: skip
+    each = "each" if state.capacity_saturated else "each (what one replica served on target before)"
     return (f"the wake query read {held:g}: {size} replicas serve what waits within {WAKE_DRAIN_SECONDS:.0f} s of Ready "
-            f"at {state.capacity_rps:.1f} requests/s each")  # fmt: skip
+            f"at {state.capacity_rps:.1f} requests/s {each}")  # fmt: skip
 
 
 def _idle(ready: int, completions: float | None, waiting: float | None, in_system: float | None, wake: float | None) -> bool:
