@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from e2e.standin import tokenize
 from e2e.standin.server import hidden_states, save_file
-from pooling_operator.api.hidden_state_contract import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
+from pooling_operator.api.shard_contract import EXIT_BUDGET_EXCEEDED, EXIT_DATASET_UNREADABLE
 from pooling_operator.k8s.progress import ProgressConfigMap, pod_namespace, progress_configmap
 from pooling_operator.pods.hidden_states.cli import main
 from pooling_operator.pods.hidden_states.driver import Config, Driver

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.api import hidden_state_contract as hs
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.hidden_states.driver import Config, Driver
 from pooling_operator.pods.shard import files
 from pooling_operator.pods.shard.manifest import ShardPaths

@@ -17,8 +17,8 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.shard import files
 from pooling_operator.pods.shard.dataset import BadLine, Sample, parse_line, read_shard
 from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver, batches

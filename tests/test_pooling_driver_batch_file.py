@@ -15,6 +15,7 @@ import pytest
 from openai.types import BatchError, CreateEmbeddingResponse
 
 from pooling_operator.api import pooling_job_contract as pj
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver
 from tests.crash_loop_support import run_crash_loop
 from tests.hidden_states_support import run_driver
@@ -106,7 +107,7 @@ def test_a_batch_file_in_two_shards_gives_the_batch_output_file_in_input_order(t
     assert sum(x["error"] is not None for x in lines) == 5
     assert list(output.glob("shard-*/part-*.safetensors")), "safetensors is among the outputs: the parts stay"
     # the refused line failed alone: its neighbours in the same batch were answered
-    failed = [json.loads(x) for s in (0, 1) for x in (output / f"shard-{s}" / pj.FAILED_LOG).read_text().splitlines()]
+    failed = [json.loads(x) for s in (0, 1) for x in (output / f"shard-{s}" / hs.FAILED_LOG).read_text().splitlines()]
     assert sorted(f["id"] for f in failed if f["id"]) == ["refused", "req-3", "wrong-model", "wrong-url"]
 
 
@@ -125,7 +126,7 @@ def test_killed_again_and_again_the_shard_writes_each_custom_id_once(tmp_path: P
     dataset, output = tmp_path / "batch.jsonl", tmp_path / "out"
     want = batch_file(dataset, 60, seed=3)
     schedule: list[dict[str, Any]] = [
-        {"op": "write", "when": "half", "n": 2, "file": pj.MANIFEST},
+        {"op": "write", "when": "half", "n": 2, "file": hs.MANIFEST},
         {"op": "rename", "when": "after", "n": 2},
         {"op": "write", "when": "before", "n": 4},
         {"op": "fsync", "when": "after", "n": 3},

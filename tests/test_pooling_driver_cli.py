@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.cli import main as operator_main
 from pooling_operator.cli import parser as operator_parser
 from pooling_operator.pods.vectors.cli import config_from
@@ -117,7 +117,7 @@ def test_the_preflight_reports_the_shards_inputs_bad_lines_and_the_datasets_line
 def test_an_unreadable_dataset_ends_the_preflight_with_4(tmp_path: Path) -> None:
     for path in (tmp_path / "missing.jsonl", tmp_path):
         code, reports = preflight_reports(path, 0, 1)
-        assert code == hs.EXIT_DATASET_UNREADABLE == pj.EXIT_DATASET_UNREADABLE
+        assert code == hs.EXIT_DATASET_UNREADABLE
         assert [r[hs.PROGRESS_STATE] for r in reports] == [hs.DATASET_UNREADABLE]
         assert hs.EXIT_DATASET_UNREADABLE in hs.JOB_ENDING_EXIT_CODES.values()
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.api import hidden_state_contract as hs
 from pooling_operator.api import pooling_job_contract as pj
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.shard.manifest import ShardPaths
 from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver
 from pooling_operator.pods.vectors.parts import parse_vector_entry, resume_vectors

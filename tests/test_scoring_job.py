@@ -15,6 +15,7 @@ import pytest
 
 from pooling_operator.api import messages as M
 from pooling_operator.api import pooling_job_contract as pj
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.builders import BuildContext, plan
 from pooling_operator.pods.shard.dataset import BadLine, Sample
 from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver
@@ -416,7 +417,7 @@ def test_two_shards_score_every_group_into_rows_in_document_order(tmp_path: Path
     entries = {}
     for shard in (0, 1):
         folder = output / f"shard-{shard}"
-        for raw in (folder / pj.MANIFEST).read_text().splitlines():
+        for raw in (folder / hs.MANIFEST).read_text().splitlines():
             entry = json.loads(raw)
             vectors = load_file(str(folder / entry["file"]))["vectors"]
             entries[entry["id"]] = (entry, vectors[entry["row"] : entry["row"] + entry["rows"], 0].tolist())
@@ -430,7 +431,7 @@ def test_two_shards_score_every_group_into_rows_in_document_order(tmp_path: Path
     failed = [
         json.loads(x)
         for s in (0, 1)
-        for x in (output / f"shard-{s}" / pj.FAILED_LOG).read_text().splitlines()
+        for x in (output / f"shard-{s}" / hs.FAILED_LOG).read_text().splitlines()
     ]
     assert sorted(f["id"] for f in failed) == ["bad", "refused"]
 
@@ -473,7 +474,7 @@ def test_a_batch_file_of_rerank_and_score_lines_gives_vllms_response_bodies_in_i
 
 
 def test_the_driver_takes_scores_in_float32_only() -> None:
-    from pooling_operator.api.hidden_state_contract import EXIT_USAGE
+    from pooling_operator.api.shard_contract import EXIT_USAGE
     from pooling_operator.pods.vectors.cli import main
 
     argv = ["pooling-job", "run", "--shard", "0", "--shards", "1", "--dataset", "/nonexistent", "--output", "/o",

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.hidden_state_contract import EXIT_OK, EXIT_SPACE_DRIFT
+from pooling_operator.api.shard_contract import EXIT_OK, EXIT_SPACE_DRIFT
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver
 from pooling_operator.pods.vectors.space import SpaceCheckConfig

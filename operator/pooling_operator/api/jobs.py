@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import EngineSpec, ModelSpec, StatusBase, TemplateSpec
+from pooling_operator.api.base import ModelSpec, StatusBase
 from pooling_operator.api.cel import cel, validations
-from pooling_operator.api.gpu import ResourcesSpec
-from pooling_operator.api.schema import Name, ObjectDict, Quantity, Spec
-
-AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")]
-
-
-class ClaimPath(Spec):
-    """A path on a PersistentVolumeClaim."""
-
-    claim_name: Name = Field(description="PersistentVolumeClaim name.")
-    path: AbsPath = Field(description="Absolute path inside the claim.")
+from pooling_operator.api.job_base import (
+    PARALLELISM_RULE,
+    ClaimPath,
+    JobSpec,
+    OutputStatus,
+    SampleCounts,
+    ShardCounts,
+)
+from pooling_operator.api.schema import ObjectDict, Quantity, Spec
 
 
 class DatasetSpec(Spec):
@@ -58,41 +56,8 @@ class ConnectorSpec(Spec):
     )
 
 
-QueueName = Annotated[
-    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-]  # a Kueue object's name that also goes into a label value: a DNS-1123 subdomain of at most 63 characters
-
-
-class QueueSpec(Spec):
-    """Admission through Kueue: the Job is created suspended in this LocalQueue and runs once Kueue admits it."""
-
-    name: QueueName = Field(
-        description="The LocalQueue (kueue.x-k8s.io) in the job's namespace; becomes the Job's kueue.x-k8s.io/queue-name "
-        "label. Kueue admits the Job when its ClusterQueue has quota for the pods' requests, possibly fewer shards "
-        "at once than spec.parallelism (partial admission; completions never change), and may suspend it again to "
-        "preempt it: each shard resumes from its manifest when re-admitted."
-    )
-    priority_class_name: QueueName | None = Field(
-        default=None,
-        description="A WorkloadPriorityClass (kueue.x-k8s.io); becomes the Job's kueue.x-k8s.io/priority-class "
-        "label. Default: the ClusterQueue's default priority.",
-    )
-
-
-class HiddenStateJobSpec(Spec):
-    """An Indexed Job: each shard runs vLLM with extract_hidden_states and a driver feeding it prompts."""
-
-    model_config = ConfigDict(
-        json_schema_extra=validations(
-            cel("self == oldSelf", M.JOB_IMMUTABLE),
-            cel("!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)", M.PARALLELISM_LE_SHARDS, ".parallelism"),
-            cel(
-                "!has(self.output.storageBudget) || (has(self.model.hints) && has(self.model.hints.hiddenSize))",
-                M.BUDGET_NEEDS_HIDDEN_SIZE,
-                ".output.storageBudget",
-            ),
-        )
-    )
+class _HiddenStateJobFields(Spec):
+    """A HiddenStateJob's own fields; JobSpec's close its spec (api/job_base.py)."""
 
     model: ModelSpec = Field(
         description="A generate model implementing vLLM's EAGLE-3 hidden-state interface (e.g. Llama, Qwen3)."
@@ -110,42 +75,22 @@ class HiddenStateJobSpec(Spec):
     shards: int = Field(default=1, ge=1, le=10000, description="Indexed Job completions. Default 1.")
     parallelism: int | None = Field(default=None, ge=1, le=10000, description="Shards running at once. Default: shards.")
     connector: ConnectorSpec = Field(default_factory=ConnectorSpec, description=ConnectorSpec.__doc__)
-    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
-    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
-    backoff_limit_per_shard: int = Field(
-        default=3, ge=0, le=100, description="Retries of one shard before it counts as failed. Default 3."
+
+
+class HiddenStateJobSpec(JobSpec, _HiddenStateJobFields):
+    """An Indexed Job: each shard runs vLLM with extract_hidden_states and a driver feeding it prompts."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self == oldSelf", M.JOB_IMMUTABLE),
+            PARALLELISM_RULE,
+            cel(
+                "!has(self.output.storageBudget) || (has(self.model.hints) && has(self.model.hints.hiddenSize))",
+                M.BUDGET_NEEDS_HIDDEN_SIZE,
+                ".output.storageBudget",
+            ),
+        )
     )
-    queue: QueueSpec | None = Field(default=None, description=QueueSpec.__doc__)
-    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
-
-
-class ShardCounts(Spec):
-    """Shard counts."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    total: int | None = Field(default=None, description="Shards in the job.")
-    succeeded: int | None = Field(default=None, description="Shards finished.")
-    failed: int | None = Field(default=None, description="Shards that exhausted their retries.")
-    active: int | None = Field(default=None, description="Shards running.")
-
-
-class SampleCounts(Spec):
-    """Sample counts."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    done: int | None = Field(default=None, description="Samples written and in a manifest.")
-    failed: int | None = Field(default=None, description="Samples recorded as failed.")
-
-
-class OutputStatus(Spec):
-    """Where the results are."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    path: str | None = Field(default=None, description="Output folder on the claim.")
-    manifests: list[str] | None = Field(default=None, description="Manifest files, one per shard.")
 
 
 class StorageStatus(Spec):

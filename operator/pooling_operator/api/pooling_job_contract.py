@@ -1,7 +1,7 @@
 """The contract between the PoolingJob driver (pods/vectors/) and the operator (builders/,
 status/).
 
-A PoolingJob's shard reuses the HiddenStateJob's contract (api/hidden_state_contract) wherever the two agree:
+A PoolingJob's shard keeps the contract every job kind shares (api/shard_contract) wherever the kinds agree:
 the progress ConfigMap's keys and fields, the shard states, the exit codes and which of them end the Job,
 ``failed.jsonl`` and ``_SUCCESS``. What differs is the output folder:
 
@@ -23,23 +23,6 @@ Pure data: no I/O.
 """
 
 from __future__ import annotations
-
-from pooling_operator.api.hidden_state_contract import (  # noqa: F401  (re-exported: one contract per kind)
-    EXIT_BUDGET_EXCEEDED,
-    EXIT_DATASET_UNREADABLE,
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_OUTPUT_FULL,
-    EXIT_SPACE_DRIFT,
-    EXIT_USAGE,
-    FAILED_LOG,
-    JOB_ENDING_EXIT_CODES,
-    MANIFEST,
-    SPACE_DRIFT,
-    SUCCESS_MARKER,
-    manifest_path,
-    shard_folder,
-)
 
 VECTORS = "vectors"  # the one tensor of a part file
 PART_PREFIX = "part-"

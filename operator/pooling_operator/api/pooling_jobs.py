@@ -18,10 +18,16 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from pooling_operator.api import messages as M
-from pooling_operator.api.base import EngineSpec, ModelSpec, StatusBase, TemplateSpec
+from pooling_operator.api.base import ModelSpec, StatusBase
 from pooling_operator.api.cel import cel, validations
-from pooling_operator.api.gpu import ResourcesSpec
-from pooling_operator.api.jobs import ClaimPath, OutputStatus, QueueSpec, SampleCounts, ShardCounts
+from pooling_operator.api.job_base import (
+    PARALLELISM_RULE,
+    ClaimPath,
+    JobSpec,
+    OutputStatus,
+    SampleCounts,
+    ShardCounts,
+)
 from pooling_operator.api.schema import Quantity, Spec
 from pooling_operator.api.services import (
     MATRYOSHKA_RULE,
@@ -85,14 +91,64 @@ class VectorOutputSpec(Spec):
     )
 
 
-class PoolingJobSpec(Spec):
+class _PoolingJobFields(Spec):
+    """A PoolingJob's own fields; JobSpec's close its spec (api/job_base.py)."""
+
+    model: ModelSpec = Field(description="The model, as a PoolingService's.")
+    task: Task | None = Field(
+        default=None,
+        description="The one pooling task: embed or classify (one row per input, through /v1/embeddings or "
+        "/pooling), token_embed or token_classify (one row per token, through /pooling). Exactly one of task or "
+        "mode.",
+    )
+    mode: ScoringMode | None = Field(
+        default=None,
+        description="Score instead of pool, as a ScoringService of this mode (the same rules and messages): "
+        "crossEncoder, biEncoder or lateInteraction (through /rerank and /score) or generative (through "
+        "/generative_scoring). Each dataset line is a (query, documents) group or (text_1, text_2) pairs, one "
+        "request to vLLM; its row count is its documents', one float32 score a row, in the documents' order. "
+        "Exactly one of task or mode.",
+    )
+    generative: GenerativeSpec | None = Field(
+        default=None, description="Required iff mode is generative: the label tokens, as a ScoringService's."
+    )
+    convert: Convert = Field(
+        default="auto",
+        description="Adapt a model to pooling (--convert): auto, none, embed or classify. Default auto.",
+    )
+    pooling: PoolingSpec | None = Field(default=None, description=PoolingSpec.__doc__)
+    embedding_space: EmbeddingSpaceLabel | None = Field(
+        default=None,
+        description="A label for the vector space the output belongs to. It goes into every shard's run.json "
+        "with the space's fingerprint, the same one a PoolingService with this model and pooling publishes "
+        "(status.embeddingSpace), so an index built from the output can be matched to the service that answers "
+        "its queries.",
+    )
+    space_check: SpaceCheckSpec | None = Field(
+        default=None,
+        description="Refuse to mix spaces: every shard first sends the canaries (spaceCheck.canaries, else the built-in "
+        "set) and compares the answers with the space's reference (a PoolingService's of the same embeddingSpace, "
+        "else the first shard's own), failing with SpaceDrift before it writes a vector; each shard's run.json "
+        "keeps the canaries' vectors, so an index carries its own reference. Needs embeddingSpace and a task "
+        "(a scoring job has no space). onDrift does not apply: a job never writes a drifted vector.",
+    )
+    dataset: CorpusSpec = Field(description=CorpusSpec.__doc__)
+    output: VectorOutputSpec = Field(description=VectorOutputSpec.__doc__)
+    shards: int = Field(default=1, ge=1, le=10000, description="Indexed Job completions. Default 1.")
+    parallelism: int | None = Field(default=None, ge=1, le=10000, description="Shards running at once. Default: shards.")
+    batch_size: int = Field(
+        default=64, ge=1, le=4096, description="Inputs per request to vLLM; one part file per batch. Default 64."
+    )
+
+
+class PoolingJobSpec(JobSpec, _PoolingJobFields):
     """An Indexed Job: each shard runs vLLM (runner pooling, one task) and a driver sending it the corpus in
     batches."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel("self == oldSelf", M.POOLING_JOB_IMMUTABLE),
-            cel("!has(self.parallelism) || self.parallelism <= (has(self.shards) ? self.shards : 1)", M.PARALLELISM_LE_SHARDS, ".parallelism"),
+            PARALLELISM_RULE,
             cel("has(self.task) != has(self.mode)", M.JOB_TASK_OR_MODE, ".task"),
             cel(
                 "!has(self.task) || !has(self.pooling) || !has(self.pooling.type) || "
@@ -141,59 +197,6 @@ class PoolingJobSpec(Spec):
             ),
         )
     )
-
-    model: ModelSpec = Field(description="The model, as a PoolingService's.")
-    task: Task | None = Field(
-        default=None,
-        description="The one pooling task: embed or classify (one row per input, through /v1/embeddings or "
-        "/pooling), token_embed or token_classify (one row per token, through /pooling). Exactly one of task or "
-        "mode.",
-    )
-    mode: ScoringMode | None = Field(
-        default=None,
-        description="Score instead of pool, as a ScoringService of this mode (the same rules and messages): "
-        "crossEncoder, biEncoder or lateInteraction (through /rerank and /score) or generative (through "
-        "/generative_scoring). Each dataset line is a (query, documents) group or (text_1, text_2) pairs, one "
-        "request to vLLM; its row count is its documents', one float32 score a row, in the documents' order. "
-        "Exactly one of task or mode.",
-    )
-    generative: GenerativeSpec | None = Field(
-        default=None, description="Required iff mode is generative: the label tokens, as a ScoringService's."
-    )
-    convert: Convert = Field(
-        default="auto",
-        description="Adapt a model to pooling (--convert): auto, none, embed or classify. Default auto.",
-    )
-    pooling: PoolingSpec | None = Field(default=None, description=PoolingSpec.__doc__)
-    embedding_space: EmbeddingSpaceLabel | None = Field(
-        default=None,
-        description="A label for the vector space the output belongs to. It goes into every shard's run.json "
-        "with the space's fingerprint, the same one a PoolingService with this model and pooling publishes "
-        "(status.embeddingSpace), so an index built from the output can be matched to the service that answers "
-        "its queries.",
-    )
-    space_check: SpaceCheckSpec | None = Field(
-        default=None,
-        description="Refuse to mix spaces: every shard first sends the canaries (spaceCheck.canaries, else the built-in "
-        "set) and compares the answers with the space's reference (a PoolingService's of the same embeddingSpace, "
-        "else the first shard's own), failing with SpaceDrift before it writes a vector; each shard's run.json "
-        "keeps the canaries' vectors, so an index carries its own reference. Needs embeddingSpace and a task "
-        "(a scoring job has no space). onDrift does not apply: a job never writes a drifted vector.",
-    )
-    dataset: CorpusSpec = Field(description=CorpusSpec.__doc__)
-    output: VectorOutputSpec = Field(description=VectorOutputSpec.__doc__)
-    shards: int = Field(default=1, ge=1, le=10000, description="Indexed Job completions. Default 1.")
-    parallelism: int | None = Field(default=None, ge=1, le=10000, description="Shards running at once. Default: shards.")
-    batch_size: int = Field(
-        default=64, ge=1, le=4096, description="Inputs per request to vLLM; one part file per batch. Default 64."
-    )
-    engine: EngineSpec = Field(default_factory=EngineSpec, description=EngineSpec.__doc__)
-    resources: ResourcesSpec | None = Field(default=None, description=ResourcesSpec.__doc__)
-    backoff_limit_per_shard: int = Field(
-        default=3, ge=0, le=100, description="Retries of one shard before it counts as failed. Default 3."
-    )
-    queue: QueueSpec | None = Field(default=None, description=QueueSpec.__doc__)
-    template: TemplateSpec | None = Field(default=None, description=TemplateSpec.__doc__)
 
 
 class CorpusStatus(Spec):

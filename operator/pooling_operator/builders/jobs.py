@@ -6,12 +6,12 @@ import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob, kueue
-from pooling_operator.api import hidden_state_contract as hs
-from pooling_operator.api.hidden_state_contract import JOB_ENDING_EXIT_CODES
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.api.identity import selector_labels
-from pooling_operator.api.jobs import QueueSpec
+from pooling_operator.api.job_base import QueueSpec
 from pooling_operator.api.quantity import parse_quantity
 from pooling_operator.api.resources import Job
+from pooling_operator.api.shard_contract import JOB_ENDING_EXIT_CODES
 from pooling_operator.builders import names
 from pooling_operator.builders.common import (
     CONTAINER_SECURITY,
@@ -51,7 +51,7 @@ def dtype_bytes(dtype: str | None) -> str:
 
 
 def run_info(resource: HiddenStateJob, w: Workload, argv: list[str]) -> str:
-    """What the driver records beside the manifest (api/hidden_state_contract.run_info)."""
+    """What the driver records beside the manifest (api/shard_contract.run_info)."""
     return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv)
 
 

@@ -1,7 +1,7 @@
 """The programs that run inside workload pods, in the operator's image, as ``pooling-operator <subcommand>``.
 
 One family, one wing. The operator renders their command lines (builders/) and reads what they write
-(status/) only through the contract modules in api/ (``hidden_state_contract``, ``pooling_job_contract``,
+(status/) only through the contract modules in api/ (``shard_contract``, ``pooling_job_contract``,
 ``cache_fill_contract``; a compile cache shares nothing but its command line, which builders/compile_cache.py renders); nothing here imports builders/, status/, reconcile/,
 runtime/, handlers/ or autoscaling/, and no program imports another (pyproject.toml's import contracts).
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob
-from pooling_operator.api import hidden_state_contract as hs
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.api.quantity import binary_quantity
 from pooling_operator.api.resources import Job
 from pooling_operator.status import conditions as C

@@ -7,7 +7,7 @@ import posixpath
 from typing import Any
 
 from pooling_operator.api import PoolingJob
-from pooling_operator.api import hidden_state_contract as hs
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.api.pooling_job_contract import (
     BATCH_OUTPUT,
     CHECKED,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooling_operator.api import kueue
-from pooling_operator.api.jobs import QueueSpec
+from pooling_operator.api.job_base import QueueSpec
 from pooling_operator.status import conditions as C
 
 RESUMES = "The Job is suspended; each shard resumes from its manifest once Kueue admits the job again."

@@ -7,9 +7,9 @@ import posixpath
 from typing import Any
 
 from pooling_operator.api import HiddenStateJob
-from pooling_operator.api.hidden_state_contract import STAGING_FOLDER, shard_folder
 from pooling_operator.api.resources import VllmResource
 from pooling_operator.api.services import SEQUENCE_POOLING
+from pooling_operator.api.shard_contract import STAGING_FOLDER, shard_folder
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import option_names
 from pooling_operator.vllm.memory import utilization

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooling_operator.api.hidden_state_contract import EXIT_USAGE
+from pooling_operator.api.shard_contract import EXIT_USAGE
 from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Every step is safe to interrupt (SIGKILL, eviction, node loss): a sample counts as finished only when its
 manifest line is on disk, and the next run's resume repairs whatever a crash left half done (see
-manifest.resume). Exit codes (api/hidden_state_contract): 0 done (failed samples are listed in failed.jsonl
+manifest.resume). Exit codes (api/shard_contract): 0 done (failed samples are listed in failed.jsonl
 and do not fail the shard), 1 vLLM unavailable or an unexpected error (the Job retries the shard), 3 the
 storage budget would be exceeded, 4 the dataset cannot be read, 5 the output volume is full (3, 4 and 5 end
 the whole Job: a retry cannot help).

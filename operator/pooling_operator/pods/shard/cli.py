@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pooling_operator.api.hidden_state_contract import EXIT_FAILED
+from pooling_operator.api.shard_contract import EXIT_FAILED
 
 if TYPE_CHECKING:
     from pooling_operator.pods.shard.progress import Sink

@@ -8,7 +8,7 @@ Layout under ``<output>``::
     shard-<I>/_SUCCESS             JSON counts, written last
     .staging/shard-<I>/            vLLM's shared_storage_path for this shard
 
-Names and fields are api/hidden_state_contract's (vllm.args.storage_path builds the staging path from them).
+Names and fields are api/shard_contract's (vllm.args.storage_path builds the staging path from them).
 ``file`` in the manifest is relative to the manifest's folder. A sample is finished only once its
 manifest line is on disk; the file is renamed into place before that line is written, so after a crash
 a file may exist without its line (an orphan, removed on resume) but a line never points at a
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from pooling_operator.api.hidden_state_contract import (
+from pooling_operator.api.shard_contract import (
     FAILED_FIELDS,
     FAILED_LOG,
     MANIFEST,

@@ -2,7 +2,7 @@
 
 The payload is compact JSON under data key ``shard-<I>`` of the job's progress ConfigMap:
 ``{"state", "done", "failed", "bytes", "total", "updated", "tokens", "hiddenSize", "valueBytes"}`` with state one of running, succeeded,
-failed, budget_exceeded, dataset_unreadable; key, fields and states are api/hidden_state_contract's. A
+failed, budget_exceeded, dataset_unreadable; key, fields and states are api/shard_contract's. A
 PoolingJob's records add ``lines`` (the dataset's non-blank lines, api/pooling_job_contract.PROGRESS_LINES)
 and may say ``checked`` (its preflight).
 Writes happen at most every ``interval`` seconds while running and once at the end. A failed write is
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pooling_operator.api.clock import rfc3339
-from pooling_operator.api.hidden_state_contract import (
+from pooling_operator.api.pooling_job_contract import PROGRESS_LINES
+from pooling_operator.api.shard_contract import (
     PROGRESS_BYTES,
     PROGRESS_DONE,
     PROGRESS_FAILED,
@@ -33,7 +34,6 @@ from pooling_operator.api.hidden_state_contract import (
     RUNNING,
     progress_key,
 )
-from pooling_operator.api.pooling_job_contract import PROGRESS_LINES
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ class RunRecord:
     shard: int
     shards: int
     layers: tuple[int, ...]
-    run_info: dict[str, Any]  # from the operator (--run-info, api/hidden_state_contract.run_info)
+    run_info: dict[str, Any]  # from the operator (--run-info, api/shard_contract.run_info)
     dtype: str | None = None  # safetensors' name (F32, BF16, F16); None until a file or the flags say
     hidden_size: int | None = None
     vllm_version: str | None = None

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pooling_operator import __version__
 from pooling_operator.api.clock import rfc3339
-from pooling_operator.api.hidden_state_contract import (
+from pooling_operator.api.shard_contract import (
     BUDGET_EXCEEDED,
     DATASET_UNREADABLE,
     EXIT_BUDGET_EXCEEDED,

@@ -19,14 +19,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pooling_operator.api.pooling_job_contract import (
-    BATCH_OUTPUT,
-    FAILED_LOG,
-    MANIFEST,
-    OPENAI_BATCH,
-    SUCCESS_MARKER,
-    shard_folder,
-)
+from pooling_operator.api.pooling_job_contract import BATCH_OUTPUT, OPENAI_BATCH
+from pooling_operator.api.shard_contract import FAILED_LOG, MANIFEST, SUCCESS_MARKER, shard_folder
 from pooling_operator.pods.shard.dataset import json_object, owns, read_shard
 from pooling_operator.pods.shard.files import TMP_SUFFIX, fsync_dir, move_into_place, remove, write_new
 from pooling_operator.pods.shard.tensors import header_length, parse_header

@@ -3,7 +3,7 @@
 ``preflight`` is the pod's init container (it runs before the vLLM sidecar starts): it reads the dataset and
 reports the shard's counts. ``run`` is the main container. builders/ renders exactly the required flags; the
 optional ones tune retries and timeouts. The driver is imported only when it runs. Exit codes are the
-HiddenStateJob's (api/hidden_state_contract).
+HiddenStateJob's (api/shard_contract).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooling_operator.api.hidden_state_contract import EXIT_USAGE
 from pooling_operator.api.pooling_job_contract import (
     DATASET_FORMATS,
     JSONL,
@@ -27,6 +26,7 @@ from pooling_operator.api.pooling_job_contract import (
     SCORING_MODES,
     VECTOR_DTYPES,
 )
+from pooling_operator.api.shard_contract import EXIT_USAGE
 from pooling_operator.pods.shard.cli import non_negative, positive, reporting, run_info
 
 if TYPE_CHECKING:

@@ -42,13 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from pooling_operator.api.clock import rfc3339
-from pooling_operator.api.hidden_state_contract import (
-    DATASET_UNREADABLE,
-    EXIT_DATASET_UNREADABLE,
-    EXIT_OK,
-    EXIT_SPACE_DRIFT,
-    SPACE_DRIFT,
-)
 from pooling_operator.api.pooling_job_contract import (
     CHECKED,
     OPENAI_BATCH,
@@ -57,6 +50,13 @@ from pooling_operator.api.pooling_job_contract import (
     VECTOR_BYTES,
     VECTOR_DTYPES,
     part_name,
+)
+from pooling_operator.api.shard_contract import (
+    DATASET_UNREADABLE,
+    EXIT_DATASET_UNREADABLE,
+    EXIT_OK,
+    EXIT_SPACE_DRIFT,
+    SPACE_DRIFT,
 )
 from pooling_operator.pods.shard.budget import Budget, human_bytes
 from pooling_operator.pods.shard.client import Transient

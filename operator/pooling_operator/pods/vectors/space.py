@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pooling_operator.api.hidden_state_contract import RUN_RECORD
 from pooling_operator.api.pooling_job_contract import RUN_RECORD_SPACE_CHECK
+from pooling_operator.api.shard_contract import RUN_RECORD
 from pooling_operator.pods.shard.client import VllmClient
 from pooling_operator.pods.shard.run import ShardFailed
 from pooling_operator.vllm import space_check as sc

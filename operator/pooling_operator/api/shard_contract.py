@@ -1,6 +1,6 @@
-"""The contract between the hidden-state driver (pods/hidden_states/) and the operator (builders/, status/).
-
-What one shard writes and the operator reads, defined once for both sides:
+"""The shard contract: what one shard of a job writes and the operator reads, for every job kind (the
+HiddenStateJob's driver, pods/hidden_states/, and the PoolingJob's, pods/vectors/, over pods/shard/), defined
+once for both sides. A kind adds only what differs (api/pooling_job_contract.py: the PoolingJob's output folder):
 
 - the progress ConfigMap: one data key per shard, ``shard-<I>``, holding a compact JSON record with
   the keys ``PROGRESS_FIELDS`` and a state from ``STATES``;

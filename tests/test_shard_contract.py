@@ -1,4 +1,4 @@
-"""The driver ↔ operator contract (api/hidden_state_contract.py), end to end in-process.
+"""The driver ↔ operator contract (api/shard_contract.py), end to end in-process.
 
 What the driver's own code writes (its manifest writer and failed log into a temporary output folder, its
 progress reporter into a ConfigMap's data) is what status/jobs.py reads back into a HiddenStateJob's status;
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pooling_operator.api import hidden_state_contract as hs
+from pooling_operator.api import shard_contract as hs
 from pooling_operator.builders import BuildContext, build
 from pooling_operator.pods.hidden_states.driver import Config, Driver
 from pooling_operator.pods.shard.manifest import (
