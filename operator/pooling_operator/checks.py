@@ -17,6 +17,7 @@ from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api.front_hosts import host_clashes
 from pooling_operator.api.policy import AutoscalingPolicySpec
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import VllmResource
 from pooling_operator.manifests import Document, load
 from pooling_operator.vllm.embedding_space import space_clashes
 from pooling_operator.vllm.settings import Settings
@@ -90,8 +91,7 @@ def check(paths: list[str], settings: Settings, *, strict_kinds: bool = False) -
             results[i].problems.append(problem)
     out.results = list(zip(docs, results, strict=True))
     for doc, result in out.results:
-        model = getattr(getattr(result.resource, "spec", None), "model", None)
-        if result.ok and model is not None and getattr(model, "hints", "absent") is None:
+        if result.ok and isinstance(result.resource, VllmResource) and result.resource.spec.model.hints is None:
             out.notices.append((doc, result, Problem("spec.model.hints", "not given, so these checks could not run: "
                                                      + "; ".join(HINTED_CHECKS) + " (add the model's facts from its config)")))
     return out

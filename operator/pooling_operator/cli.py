@@ -15,7 +15,7 @@ from pooling_operator import GROUP, OPERATOR_IMAGE, __version__
 from pooling_operator.api import AutoscalingPolicy, ModelCache
 from pooling_operator.api.crd import all_crds
 from pooling_operator.api.policy import policy_for
-from pooling_operator.api.resources import SHARE_KINDS
+from pooling_operator.api.resources import GpuSharer, Service
 from pooling_operator.autoscaling.simulator.cli import add_parser as add_simulate_parser
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache, claim_name
@@ -49,7 +49,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _share_note(where: str, result: Result, out: Any) -> None:
-    share = share_status(result.resource, result.workload) if result.kind in SHARE_KINDS and result.workload else None
+    share = share_status(result.resource, result.workload) if isinstance(result.resource, GpuSharer) and result.workload else None
     if share:
         print(
             f"{where}: {result.kind}/{result.name}: spec.resources.gpu.share: note: {share['memory']} for a minimum of "
@@ -105,7 +105,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 status = EXIT_INVALID
                 continue
             mount = CacheMount(claim_name(cache), cache_revision(cache))
-        ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(getattr(resource.spec, "autoscaling", None), policies),
+        ctx = BuildContext(operator_image=args.operator_image, policy=policy_for(resource.spec.autoscaling if isinstance(resource, Service) else None, policies),
                            model_cache=mount, settings=settings)
         p = plan(resource, result.contract, ctx, result.workload)  # the reconcile's path
         if args.vllm_args:

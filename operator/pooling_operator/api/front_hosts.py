@@ -17,18 +17,19 @@ the earlier. Pure: values in, values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import AnyResource, Service
+from pooling_operator.api.services import ServingSpec
 
 HOSTS_PATH = "spec.autoscaling.front.kedaHttpAddOn.hosts"
 
 
-def front_hosts(spec: object) -> tuple[str, ...]:
+def front_hosts(spec: ServingSpec) -> tuple[str, ...]:
     """The front hosts a service's spec names (lowercased, as the interceptor matches them), in its order."""
-    autoscaling = getattr(spec, "autoscaling", None)
-    front = getattr(autoscaling, "front", None)
+    front = spec.autoscaling.front if spec.autoscaling is not None else None
     if front is None:
         return ()
     return tuple(dict.fromkeys(h.lower() for h in front.keda_http_add_on.hosts))
@@ -80,17 +81,18 @@ def held_message(taken: dict[str, HostClaim]) -> str:
             "written until then; its pods serve on its own Service")
 
 
-def host_clashes(resources: list[object]) -> dict[int, Problem]:
+def host_clashes(resources: Sequence[AnyResource | None]) -> dict[int, Problem]:
     """{index: problem} for each resource naming a front host that an earlier one of the input names (hosts are
     one table for the whole cluster, so the namespace does not matter)."""
     first: dict[str, str] = {}  # host -> Kind/namespace/name
     out: dict[int, Problem] = {}
     for i, r in enumerate(resources):
-        spec, meta = getattr(r, "spec", None), getattr(r, "metadata", None)
-        hosts = front_hosts(spec)
-        if not hosts or meta is None:
+        if not isinstance(r, Service):
+            continue  # only a service has a front
+        hosts, meta = front_hosts(r.spec), r.metadata
+        if not hosts:
             continue
-        me = f"{getattr(r, 'kind', '?')}/{meta.namespace or 'default'}/{meta.name}"
+        me = f"{r.kind}/{meta.namespace or 'default'}/{meta.name}"
         taken = {h: first[h] for h in hosts if h in first}
         if taken:
             named = ", ".join(f"{h} (also {who})" for h, who in sorted(taken.items()))

@@ -1,4 +1,4 @@
-"""The five kinds: metadata, spec and status models, and what their CRDs look like."""
+"""The six kinds: metadata, spec and status models, the families as types, and what their CRDs look like."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeIs
 
 from pooling_operator.api.base import StatusBase
 from pooling_operator.api.caches import ModelCacheSpec, ModelCacheStatus
@@ -82,6 +83,8 @@ Service = PoolingService | ScoringService  # family "service": a vLLM Deployment
 Job = HiddenStateJob | PoolingJob  # family "job": an Indexed Job with vLLM as a sidecar
 VllmResource = Service | Job  # the kinds that run vLLM: validated against its contract, built, given a Workload
 AnyResource = VllmResource | AutoscalingPolicy | ModelCache
+SpaceClaimant = PoolingService | PoolingJob  # column claims_space: spec.embeddingSpace claims a vector space
+GpuSharer = Service | PoolingJob  # column gpu_share: the kinds whose pods may share a GPU (SHARE_KINDS)
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 
@@ -292,6 +295,12 @@ def family(kind: str) -> Family:
 def claims_space(kind: str) -> bool:
     """Whether `kind`'s spec.embeddingSpace claims a vector space in its namespace."""
     return KINDS[kind].claims_space
+
+
+def in_space(resource: AnyResource) -> TypeIs[SpaceClaimant]:
+    """claims_space(resource.kind), for the type checker too: true narrows to the claimant kinds (their spec has
+    embeddingSpace), false to the others (a ScoringService among services: its scores are its own)."""
+    return claims_space(resource.kind)
 
 
 SHARE_KINDS = tuple(k for k, i in KINDS.items() if i.gpu_share)  # the kinds whose pods may share a GPU

@@ -91,7 +91,7 @@ def deployment(resource: Service, w: Workload, argv: list[str], model_cache: Cac
         pod_spec["initContainers"] = compile_cache_containers(key, operator_image, port)
         pod_spec["volumes"] = [*volumes, compile_cache_volume(compile_cache.claim_name)]
     pod_spec.update(dra_pod_claims(w, spec.resources))
-    check = getattr(spec, "space_check", None)
+    check = spec.space_check
     if check is not None:  # the space gate (runtime/space_gate.py) sets this condition once the canaries answered
         pod_spec["readinessGates"] = [{"conditionType": READINESS_GATE}]
     # A GPU rollout must not need a spare GPU: replace one pod at a time, never surge; except where a drifting pod is

@@ -12,7 +12,7 @@ from pooling_operator import OPERATOR_IMAGE
 from pooling_operator.api import ModelCache
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.resources import Service, VllmResource, family
+from pooling_operator.api.resources import Service, VllmResource
 from pooling_operator.builders import BuildContext, CacheMount, plan
 from pooling_operator.builders.caches import build_cache
 from pooling_operator.builders.diff import with_hash
@@ -55,7 +55,7 @@ def built(
         policy: AutoscalingPolicySpec | None = None
         policy_problems: list[Problem] = []
         reason = C.POLICY_NOT_ALLOWED
-        if family(resource.kind) == "service":  # only services follow a policy
+        if isinstance(resource, Service):  # only services follow a policy
             broken = policies.broken_for(resource.spec.autoscaling, resource.metadata.namespace, labels)
             if broken is not None:
                 policy_problems, reason = [broken], C.POLICY_INVALID

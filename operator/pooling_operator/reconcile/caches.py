@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pooling_operator.api import ModelCache
+from pooling_operator.api.resources import VllmResource
 from pooling_operator.builders import CacheMount
 from pooling_operator.builders.caches import fill_job_name
 from pooling_operator.k8s.cache import owner_key
@@ -66,8 +67,10 @@ def cache_desired(b: Built, cache: dict[str, Any] | None, mount: CacheMount | No
     """What a service or job using a ModelCache wants before anything else: refused (naming the field) when
     the cache holds another model or revision, waiting while it is missing or not Ready; None to go on."""
     resource = b.resource
-    source = getattr(getattr(getattr(resource, "spec", None), "model", None), "source", None)
-    if source is None or source.cache is None or b.plan is None:
+    if not isinstance(resource, VllmResource) or b.plan is None:
+        return None
+    source = resource.spec.model.source
+    if source is None or source.cache is None:
         return None
     parsed = parse(cache).resource if cache is not None else None
     # The spec as written (the plan's workload view carries the cache's commit as its revision already).

@@ -49,7 +49,9 @@ class Desired:
 class Kind(Protocol):
     """One kind's part of the flow."""
 
-    children: tuple[str, ...]  # the child kinds it owns (what is observed and pruned)
+    @property
+    def children(self) -> tuple[str, ...]:
+        """The child kinds it owns (what is observed and pruned)."""
 
     async def desired(self, ctx: Context, memory: Memory, policies: PolicySet, body: dict[str, Any]) -> Desired: ...
 

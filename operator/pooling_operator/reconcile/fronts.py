@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from pooling_operator.api.front_hosts import HostClaim, front_hosts, withheld
-from pooling_operator.api.resources import Resource
+from pooling_operator.api.resources import Service
 from pooling_operator.k8s.api import KINDS, ApiError
 from pooling_operator.k8s.cache import owner_key, raw_front_hosts
 from pooling_operator.reconcile.context import Context
@@ -66,7 +66,7 @@ async def _routes_elsewhere(ctx: Context, known: set[str], mine: tuple[str, str]
     return out
 
 
-async def hosts_held_elsewhere(ctx: Context, body: dict[str, Any], resource: Resource) -> dict[str, HostClaim]:
+async def hosts_held_elsewhere(ctx: Context, body: dict[str, Any], resource: Service) -> dict[str, HostClaim]:
     """{host: who holds it} for each front host of this service that another claimant holds."""
     if not front_hosts(resource.spec):
         return {}

@@ -12,11 +12,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pooling_operator.api import PoolingService
 from pooling_operator.api import messages as M
 from pooling_operator.api.front_hosts import held_message
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.resources import Resource, Service, claims_space, family
+from pooling_operator.api.resources import Service, SpaceClaimant, in_space
 from pooling_operator.builders import names
 from pooling_operator.k8s.api import KINDS
 from pooling_operator.k8s.cache import owner_key
@@ -76,18 +75,20 @@ class Services:
         b = built(memory, ctx.settings, ctx.operator_image, body, policies, labels, mount)
         if b.problems or b.resource is None:
             return Desired(b, b.problems, C.INVALID_SPEC)
+        resource = b.resource
+        assert isinstance(resource, Service)  # the service family's reconciler (RECONCILERS)
         waiting = cache_desired(b, cache, mount)
         if waiting is not None:
             return waiting
-        if claims_space(b.resource.kind):
-            space = _embedding_space_problems(b.resource, body.get("status") or {})
+        if in_space(resource):
+            space = _embedding_space_problems(resource, body.get("status") or {})
             if space:
                 return Desired(b, space, C.EMBEDDING_SPACE_CHANGED)
             if claimed := space_problems(ctx, body):
                 return Desired(b, claimed, C.EMBEDDING_SPACE_CLAIMED)
         if b.policy_problems:
             return Desired(b, b.policy_problems, b.policy_reason)
-        if held := await hosts_held_elsewhere(ctx, body, b.resource):
+        if held := await hosts_held_elsewhere(ctx, body, resource):
             return Desired(b, left_out=("InterceptorRoute",), why_left_out=held_message(held))
         return Desired(b)
 
@@ -163,7 +164,7 @@ class Services:
 
 def forget_metrics(resource: object) -> None:
     """Drop a gone service's series (a gauge would otherwise keep charging its last value)."""
-    if isinstance(resource, Resource) and family(resource.kind) == "service":
+    if isinstance(resource, Service):
         labels = (resource.kind, resource.metadata.namespace or "", resource.metadata.name)
         GPUS_HELD.remove(labels)
         STARTUP.remove_prefix(labels)  # every phase's
@@ -219,7 +220,7 @@ async def _namespace_labels(ctx: Context, namespace: str | None, policies: Polic
     return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
 
 
-def _embedding_space_problems(resource: PoolingService, old_status: dict[str, Any]) -> list[Problem]:
+def _embedding_space_problems(resource: SpaceClaimant, old_status: dict[str, Any]) -> list[Problem]:
     """The embeddingSpace rule, for clusters where it was not enforced at admission: the twin of the CEL rule, which
     compares the spec. The published fingerprint is the served one (builders.common.served); it is the spec's for a
     pinned model (a cache's commit must equal the pin), but a model read from a cache without a pin has no revision

@@ -14,6 +14,7 @@ from pooling_operator.api.resources import VllmResource
 from pooling_operator.builders import Plan
 from pooling_operator.reconcile.policyset import PolicySet
 from pooling_operator.status import conditions as C
+from pooling_operator.status.startup import Startup
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Memory:
     catching_up: dict[str, float] = field(default_factory=dict)  # uid -> since when its Deployment's controller lags
     warned: set[tuple[str, str]] = field(default_factory=set)  # (uid, reason) of one-off warnings
     started: dict[str, set[str]] = field(default_factory=dict)  # uid -> its pods' uids already measured (start-up)
-    pending_startups: dict[str, list[tuple[str, float, Any]]] = field(default_factory=dict)  # uid -> found, not yet written
+    pending_startups: dict[str, list[Startup]] = field(default_factory=dict)  # uid -> found, not yet written
 
     def knows(self, uid: str) -> bool:
         """The object was reconciled before (a new one goes ahead in the queue)."""

@@ -33,15 +33,15 @@ from typing import Any
 import aiohttp
 from prometheus_client import Counter, Gauge
 
-from pooling_operator.api import ScoringService
 from pooling_operator.api.clock import rfc3339
-from pooling_operator.api.resources import Service
+from pooling_operator.api.resources import Service, in_space
 from pooling_operator.api.space_check import SpaceCheckSpec
 from pooling_operator.k8s.api import KINDS, ApiError, Kube
 from pooling_operator.k8s.cache import OwnerKey, owner_key
 from pooling_operator.vllm import space_check as sc
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.validate import validate
+from pooling_operator.vllm.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -194,18 +194,20 @@ class SpaceGate:
         if check is None:
             return "Skipped"
         ns, pod_name = str(pod["metadata"]["namespace"]), str(pod["metadata"]["name"])
-        scoring = isinstance(resource, ScoringService)
+        w = result.workload
+        scoring = not in_space(resource)  # a ScoringService: its scores are its own reference
         try:
             canaries = await self._canaries(ns, check, scoring)
         except ValueError as exc:
             return await self._conclude(owner, resource, pod, sc.CANARIES_INVALID, False, None, "",
                                         f"spec.spaceCheck.canaries: {exc}", retry=True)
-        answers = await self._ask(resource, pod, canaries)
+        answers = await self._ask(resource, w, pod, canaries)
         if isinstance(answers, str):
             return await self._conclude(owner, resource, pod, sc.UNREACHABLE, False, None, "", answers, retry=True)
-        w = result.workload
-        fingerprint = embedding_fingerprint(w) if not scoring else _scoring_fingerprint(resource, w)
-        key = resource.metadata.name if scoring else str(resource.spec.embedding_space)
+        if in_space(resource):
+            fingerprint, key = embedding_fingerprint(w), str(resource.spec.embedding_space)
+        else:
+            fingerprint, key = _scoring_fingerprint(w), resource.metadata.name
         cm_name = sc.reference_name(key, scoring=scoring)
         reference = await self._reference(ns, cm_name)
         if reference is None or reference.digest != sc.digest(canaries) or reference.fingerprint != fingerprint:
@@ -244,20 +246,18 @@ class SpaceGate:
             raise ValueError(f"ConfigMap {ref.name} has no key {ref.key}")
         return sc.parse_canaries(text, scoring)
 
-    async def _ask(self, resource: Service, pod: dict[str, Any],
+    async def _ask(self, resource: Service, w: Workload, pod: dict[str, Any],
                    canaries: list[sc.Canary]) -> list[list[list[float]]] | str:
         """The pod's answers to the canaries, or why there are none."""
         port = resource.spec.service.port
         base = self.address(pod, port)
         if base is None:
             return f"no address for pod {pod['metadata']['name']} (port {port})"
-        w = resource.spec
-        mode = getattr(w, "mode", None)
+        mode, g = w.mode, w.generative
         generative = None
-        if isinstance(resource, ScoringService) and resource.spec.generative is not None:
-            g = resource.spec.generative
+        if g is not None:
             generative = {"label_token_ids": [label.id for label in g.labels], "apply_softmax": g.apply_softmax, "item_first": g.item_first}
-        task = None if mode is not None else getattr(resource.spec, "task", None)
+        task = None if mode is not None else w.task
         served = resource.spec.model.served_name or resource.metadata.name
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_SECONDS), trust_env=False)
@@ -343,16 +343,16 @@ class SpaceGate:
 
 
 def _space(resource: Service) -> str:
-    if isinstance(resource, ScoringService):
-        return f"ScoringService {resource.metadata.name}'s scores"
-    return f"embedding space {resource.spec.embedding_space}"
+    if in_space(resource):
+        return f"embedding space {resource.spec.embedding_space}"
+    return f"{resource.kind} {resource.metadata.name}'s scores"
 
 
-def _scoring_fingerprint(resource: ScoringService, w: Any) -> str:
+def _scoring_fingerprint(w: Workload) -> str:
     """What a ScoringService's scores depend on, as an embedding space's fingerprint does for vectors: the model,
     its revision and how it scores."""
-    g = resource.spec.generative
-    essence = {"space": embedding_fingerprint(w), "mode": resource.spec.mode,
+    g = w.generative
+    essence = {"space": embedding_fingerprint(w), "mode": w.mode,
                "labels": [label.id for label in g.labels] if g else None, "softmax": g.apply_softmax if g else None,
                "itemFirst": g.item_first if g else None}  # fmt: skip
     return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pooling_operator.api import PoolingJob, ScoringService
+from pooling_operator.api import ScoringService
 from pooling_operator.api.clock import parse_time
 from pooling_operator.api.identity import selector_labels
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.quantity import binary_quantity
-from pooling_operator.api.resources import Service, claims_space
+from pooling_operator.api.resources import GpuSharer, Service, in_space
 from pooling_operator.builders import names
 from pooling_operator.status import conditions as C
 from pooling_operator.status.conditions import condition
@@ -70,7 +70,7 @@ def claim_capacity_dropped(template: dict[str, Any] | None) -> bool:
     return bool(requests) and not any(((r.get("exactly") or {}).get("capacity") or {}).get("requests") for r in requests)
 
 
-def gpus_as_placed(resource: Service, whole_device: bool = False) -> float:
+def gpus_as_placed(resource: GpuSharer, whole_device: bool = False) -> float:
     """What one pod holds as the cluster placed it: what the spec asks (vllm.memory.gpus_held), or one whole
     device where a DRA claim's capacity request was dropped."""
     return 1.0 if whole_device else memory.gpus_held(resource.spec.resources)
@@ -81,7 +81,7 @@ def placed_whole(status: Mapping[str, Any]) -> bool:
     return ((status.get("effective") or {}).get("gpuShare") or {}).get("allocation") == WHOLE_DEVICE
 
 
-def share_status(resource: Service | PoolingJob, w: Workload,
+def share_status(resource: GpuSharer, w: Workload,
                  claim_template: dict[str, Any] | None = None) -> dict[str, Any] | None:
     gpu = resource.spec.resources.gpu if resource.spec.resources else None
     if gpu is None or gpu.share is None:
@@ -236,10 +236,10 @@ def service_status(
     }
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)
-    if claims_space(resource.kind):
+    if in_space(resource):
         status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(w)}
-        if spec.embedding_space:
-            status["embeddingSpace"]["label"] = spec.embedding_space
+        if resource.spec.embedding_space:
+            status["embeddingSpace"]["label"] = resource.spec.embedding_space
     else:
         status["contract"] = contract_status(resource)
     return status

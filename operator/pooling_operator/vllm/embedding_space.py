@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
-from pooling_operator.api import PoolingJob, PoolingService
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import AnyResource, SpaceClaimant
 from pooling_operator.vllm.workload import Workload, workload
 
 
@@ -30,7 +31,7 @@ def embedding_fingerprint(w: Workload) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(essence, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _essence(resource: PoolingService | PoolingJob) -> str:
+def _essence(resource: SpaceClaimant) -> str:
     spec = resource.spec
     p = spec.pooling
     rev = f"@{spec.model.revision}" if spec.model.revision else " (unpinned)"
@@ -38,14 +39,14 @@ def _essence(resource: PoolingService | PoolingJob) -> str:
             f"{p.normalize if p else None}, dimensions {p.dimensions if p and p.dimensions else 'all'}")
 
 
-def space_clashes(resources: list[object]) -> dict[int, Problem]:
+def space_clashes(resources: Sequence[AnyResource | None]) -> dict[int, Problem]:
     """{index: problem} for every PoolingService or PoolingJob whose embeddingSpace label an earlier one of the same
     namespace claims (input order) with another space: one label, one space, or an index built by the job is
     queried through a service that computes other vectors."""
     first: dict[tuple[str, str], tuple[str, str, str]] = {}  # (namespace, label) -> (Kind/name, fingerprint, essence)
     out: dict[int, Problem] = {}
     for i, r in enumerate(resources):
-        if not isinstance(r, PoolingService | PoolingJob) or not r.spec.embedding_space:
+        if not isinstance(r, SpaceClaimant) or not r.spec.embedding_space:
             continue
         key = (r.metadata.namespace or "default", r.spec.embedding_space)
         mine = embedding_fingerprint(workload(r))  # as the spec says: a file's resources are judged offline

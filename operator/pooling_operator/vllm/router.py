@@ -59,8 +59,8 @@ def served_routes(resource: Service, c: Contract, w: Workload | None = None) -> 
     if w.runner == "generate":
         return c.routes(None, score=False, generate=True)
     hints = w.model.hints
-    if isinstance(resource, ScoringService):
-        score = True  # a cross-encoder is validated to have one label
+    if w.mode is not None:
+        score = True  # a scoring mode (a cross-encoder is validated to have one label)
     else:
         score = w.task in ("embed", "token_embed") or (w.task == "classify" and bool(hints and hints.num_labels == 1))
     return c.routes(w.task, score=score)
@@ -95,7 +95,7 @@ def routing_problems(resource: Service, w: Workload, c: Contract | None) -> Iter
     if c is None:
         return  # the version's own problem is said elsewhere
     served = served_routes(resource, c, w)
-    what = f"mode {resource.spec.mode}" if isinstance(resource, ScoringService) else f"task {w.task}"
+    what = f"mode {w.mode}" if w.mode is not None else f"task {w.task}"
     if not [r for r in served if r not in NOT_CARRIED]:
         yield Problem(
             "spec.routing.vllmRouter",

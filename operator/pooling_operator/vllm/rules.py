@@ -150,7 +150,8 @@ def pooling_job(s: Subject) -> Iterable[Problem]:
 
 
 def autoscaling(s: Subject) -> Iterable[Problem]:
-    a = getattr(s.resource.spec, "autoscaling", None)
+    assert isinstance(s.resource, Service)  # a service's chain only
+    a = s.resource.spec.autoscaling
     if a is not None:
         yield from autoscaling_problems(a, s.policies, s.namespace_labels)
 
@@ -162,7 +163,8 @@ def routing(s: Subject) -> Iterable[Problem]:
 
 
 def network_policy(s: Subject) -> Iterable[Problem]:
-    np = getattr(s.resource.spec, "network_policy", None)
+    assert isinstance(s.resource, Service)  # a service's chain only
+    np = s.resource.spec.network_policy
     selector = np.client_namespaces if np is not None else None
     for i, req in enumerate((selector.match_expressions or []) if selector else []):
         wants = req.operator in ("In", "NotIn")
@@ -223,10 +225,9 @@ def check(
     return judge(resource, settings, policies, namespace_labels).problems
 
 
-def _needs_metrics(resource: object) -> bool:
-    spec = getattr(resource, "spec", None)
-    monitoring = getattr(spec, "monitoring", None)
-    return bool(
-        getattr(spec, "autoscaling", None)
-        or (monitoring and (monitoring.service_monitor or monitoring.pod_monitor))
-    )
+def _needs_metrics(resource: VllmResource) -> bool:
+    """A service that autoscales or is scraped (a job's sidecar is neither)."""
+    if not isinstance(resource, Service):
+        return False
+    monitoring = resource.spec.monitoring
+    return bool(resource.spec.autoscaling or monitoring.service_monitor or monitoring.pod_monitor)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pooling_operator.api import ModelCache
 from pooling_operator.api import messages as M
 from pooling_operator.api.problems import Problem
+from pooling_operator.api.resources import AnyResource, VllmResource, in_space
 from pooling_operator.vllm.contract import LOAD_FORMAT_NOTES, LOAD_FORMAT_PACKAGES, LOAD_FORMATS
 from pooling_operator.vllm.workload import Workload, workload
 
@@ -46,12 +47,12 @@ def branch_revision_problems(revision: str, then: str) -> Iterator[Problem]:
                                              f"{then}; set the full commit sha (40 hex digits)", "warning")
 
 
-def embedding_space_cache_problems(resource: object, w: Workload) -> Iterator[Problem]:
+def embedding_space_cache_problems(resource: VllmResource, w: Workload) -> Iterator[Problem]:
     """A PoolingService that labels its embedding space and reads a ModelCache must pin the commit: otherwise a
     refill of the cache changes the vectors under the same label (the fingerprint reads the served commit, which
     the spec would then not state)."""
     source = w.model.source
-    if getattr(getattr(resource, "spec", None), "embedding_space", None) and source is not None \
+    if in_space(resource) and resource.spec.embedding_space and source is not None \
             and source.cache is not None and not w.model.revision:
         yield Problem("spec.model.revision", "set it to the commit the ModelCache holds: with embeddingSpace set, a "
                                              "refill of the cache must not change the vectors under the same label")
@@ -121,41 +122,38 @@ def compile_cache_problems(w: Workload) -> Iterator[Problem]:
                                                   "their own emptyDir; remove it")
 
 
-def shared_compile_caches(resources: list[object]) -> dict[int, Problem]:
+def shared_compile_caches(resources: Sequence[AnyResource | None]) -> dict[int, Problem]:
     """{index: warning} for every service whose engine.compileCache names a claim an earlier service of the same
     namespace names too (input order): compiled artifacts are code vLLM runs, and one service's writer could
     plant code in another's pods."""
     first: dict[tuple[str, str], str] = {}
     out: dict[int, Problem] = {}
     for i, r in enumerate(resources):
-        engine = getattr(getattr(r, "spec", None), "engine", None)
-        cache = getattr(engine, "compile_cache", None)
-        if cache is None:
+        if not isinstance(r, VllmResource) or r.spec.engine.compile_cache is None:
             continue
-        meta = r.metadata  # type: ignore[attr-defined]
+        cache, meta = r.spec.engine.compile_cache, r.metadata
         key = (meta.namespace or "default", cache.claim_name)
         if key in first:
             out[i] = Problem("spec.engine.compileCache.claimName", f"claim {cache.claim_name!r} is also the compile "
                              f"cache of {first[key]}: a compile-cache claim serves one service only (its artifacts "
                              "are code vLLM runs); give each service its own", "warning")
         else:
-            first[key] = f"{r.kind}/{meta.name}"  # type: ignore[attr-defined]
+            first[key] = f"{r.kind}/{meta.name}"
     return out
 
 
-def cache_contradictions(resources: list[object]) -> dict[int, list[Problem]]:
+def cache_contradictions(resources: Sequence[AnyResource | None]) -> dict[int, list[Problem]]:
     """{index: problems} for every service or job whose model.source.cache names a ModelCache of the same input
     (same namespace) that holds another model or revision (cache_source_problems, as the reconcile judges it
     against the cluster's cache), each naming the cache as Kind/name."""
     caches = {(r.metadata.namespace or "default", r.metadata.name): r for r in resources if isinstance(r, ModelCache)}
     out: dict[int, list[Problem]] = {}
     for i, r in enumerate(resources):
-        source = getattr(getattr(getattr(r, "spec", None), "model", None), "source", None)
-        if source is None or source.cache is None or isinstance(r, ModelCache):
+        if not isinstance(r, VllmResource) or r.spec.model.source is None or r.spec.model.source.cache is None:
             continue
-        cache = caches.get((r.metadata.namespace or "default", source.cache.name))  # type: ignore[attr-defined]
+        cache = caches.get((r.metadata.namespace or "default", r.spec.model.source.cache.name))
         if cache is not None:
-            problems = list(cache_source_problems(workload(r), cache))  # type: ignore[arg-type]
+            problems = list(cache_source_problems(workload(r), cache))
             if problems:
                 out[i] = problems
     return out
