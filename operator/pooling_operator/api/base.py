@@ -194,7 +194,7 @@ class ModelSpec(Spec):
         "[BgeM3EmbeddingModel]} for BGE-M3's sparse and ColBERT heads. Keys owned by typed fields "
         "(matryoshka_dimensions, is_matryoshka) are refused here.",
     )
-    hints: ModelHints | None = Field(default=None, description=ModelHints.__doc__.splitlines()[0])
+    hints: ModelHints | None = Field(default=None, description=(ModelHints.__doc__ or "").splitlines()[0])
 
 
 Dtype = Literal["auto", "float16", "bfloat16", "float32"]

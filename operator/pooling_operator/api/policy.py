@@ -9,10 +9,10 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints
 
 from pooling_operator.api import messages as M
+from pooling_operator.api.autoscaling import AutoscalingSpec, Backend, ScaleBehavior
 from pooling_operator.api.base import StatusBase
 from pooling_operator.api.cel import cel, validations
 from pooling_operator.api.schema import Duration, Name, ObjectDict, Spec, duration_seconds
-from pooling_operator.api.services import AutoscalingSpec, Backend, ScaleBehavior
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring:9090"
 
@@ -83,6 +83,10 @@ class Pricing(Spec):
     )
 
 
+def _every_backend() -> list[Backend]:
+    return ["operator", "keda"]
+
+
 class AutoscalingPolicySpec(Spec):
     """Guardrails and defaults for autoscaled services."""
 
@@ -101,7 +105,7 @@ class AutoscalingPolicySpec(Spec):
     limits: PolicyLimits = Field(default_factory=PolicyLimits, description=PolicyLimits.__doc__)
     pricing: Pricing | None = Field(default=None, description=Pricing.__doc__)
     allowed_backends: list[Backend] = Field(
-        default_factory=lambda: ["operator", "keda"],
+        default_factory=_every_backend,
         description="Backends services may choose. Default [operator, keda].",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )

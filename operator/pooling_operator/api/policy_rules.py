@@ -6,10 +6,10 @@ from collections.abc import Iterator, Mapping
 
 from pooling_operator.api import AutoscalingPolicy
 from pooling_operator.api import messages as M
+from pooling_operator.api.autoscaling import AutoscalingSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_for
 from pooling_operator.api.problems import Problem
 from pooling_operator.api.schema import duration_seconds
-from pooling_operator.api.services import AutoscalingSpec
 
 
 def autoscaling_problems(

@@ -63,6 +63,10 @@ class CorpusSpec(Spec):
     )
 
 
+def _safetensors_only() -> list[Literal["safetensors", "openaiBatch"]]:
+    return ["safetensors"]
+
+
 class VectorOutputSpec(Spec):
     """Where the vectors and manifests go."""
 
@@ -78,7 +82,7 @@ class VectorOutputSpec(Spec):
         "stops cleanly before a part file would exceed its share.",
     )
     formats: list[Literal["safetensors", "openaiBatch"]] = Field(
-        default_factory=lambda: ["safetensors"],
+        default_factory=_safetensors_only,
         min_length=1,
         max_length=2,
         json_schema_extra={"x-kubernetes-list-type": "set"},

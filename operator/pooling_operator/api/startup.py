@@ -43,4 +43,4 @@ class StartupStatus(Spec):
         default=None, description="The typical start-up over the recent pods (a running mean of about the last 10), seconds."
     )
     samples: int | None = Field(default=None, description="Pods measured.")
-    phases: StartupPhases | None = Field(default=None, description=StartupPhases.__doc__.split(";")[0] + ".")
+    phases: StartupPhases | None = Field(default=None, description=(StartupPhases.__doc__ or "").split(";")[0] + ".")

@@ -21,10 +21,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from pooling_operator.api.clock import parse_time, rfc3339
 from pooling_operator.api.gpu import ResourcesSpec
+from pooling_operator.api.identity import COMPONENTS
 from pooling_operator.api.policy import (
     DEFAULT_PROMETHEUS_URL,
     AutoscalingPolicySpec,
@@ -54,7 +55,7 @@ from pooling_operator.status.placement import placement_problem
 from pooling_operator.status.services import placed_whole
 from pooling_operator.status.startup import typical_seconds
 from pooling_operator.vllm.memory import gpus_held
-from pooling_operator.vllm.metrics import COMPONENTS, Queries, matchers, service_queries
+from pooling_operator.vllm.metrics import Queries, matchers, service_queries
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,21 @@ class Tracked:
         return self.decides and self.targets.min_replicas == 0 and self.wake_query is not None
 
 
+class _Settings(TypedDict):
+    """The fields of a Tracked that track() takes from the service and its policy, set again on each call."""
+
+    kind: str
+    namespace: str
+    name: str
+    gpus: float
+    targets: AutoscalingTargets
+    queries: Queries
+    decides: bool
+    wake_query: str | None
+    idle_seconds: int | None
+    price: tuple[Decimal, str] | None
+
+
 def _product(resource: Service) -> str | None:
     """The GPU product a service names (spec.resources.gpu.product): what its policy's pricing is keyed by."""
     resources = resource.spec.resources
@@ -178,7 +194,7 @@ class Autoscaler:
         assert a is not None and resource.metadata.uid
         targets = resolve_targets(resource, policy)
         namespace = resource.metadata.namespace or "default"
-        settings = {
+        settings: _Settings = {
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
             "gpus": gpus_held(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
@@ -195,7 +211,7 @@ class Autoscaler:
             created = parse_time((resource.metadata.model_extra or {}).get("creationTimestamp"))
             cost = resource.status.cost if resource.status is not None else None
             self.services[resource.metadata.uid] = Tracked(
-                uid=resource.metadata.uid, zero=remembered(resource), created=created.timestamp() if created else None,  # type: ignore[arg-type]
+                uid=resource.metadata.uid, zero=remembered(resource), created=created.timestamp() if created else None,
                 cost=cost.model_dump(by_alias=True, exclude_none=True, mode="json") if cost is not None else None,
                 **settings,
             )  # fmt: skip

@@ -91,7 +91,7 @@ async def write_status(
     meta = body["metadata"]
     old = body.get("status") or {}
     old_mine, _ = C.split(old.get("conditions"), C.AUTOSCALER_TYPES)
-    new = {
+    new: dict[str, Any] = {
         "autoscaling": autoscaling_status(decision, current, ready, last_scale_time),
         "conditions": C.merge(old_mine, decision_conditions(decision, meta.get("generation")), rfc3339()),
     }

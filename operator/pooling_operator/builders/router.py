@@ -149,7 +149,7 @@ def router_children(resource: Service, w: Workload, front_namespace: str | None 
     subject = {"kind": "ServiceAccount", "name": name, **({"namespace": w.namespace} if w.namespace else {})}
     s = resource.spec.service
     meta = router_metadata(w, uid)
-    children = [
+    children: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -28,4 +28,6 @@ def _admit(body: kopf.Body, old: kopf.Body | None, warnings: list[str], memo: ko
 
 
 for _plural in VALIDATED:
-    kopf.on.validate(GROUP, VERSION, _plural, id=WEBHOOK_PATHS[_plural].lstrip("/"), operations=["CREATE", "UPDATE"])(_admit)
+    # kopf's WebhookFn protocol lists its kwargs without `old` and `operation`, which kopf passes all the same
+    kopf.on.validate(GROUP, VERSION, _plural, id=WEBHOOK_PATHS[_plural].lstrip("/"),
+                     operations=["CREATE", "UPDATE"])(_admit)  # type: ignore[arg-type]

@@ -159,6 +159,7 @@ class Kube:
                     configuration = self._configuration or await load_configuration()
                     configuration.connection_pool_maxsize = 32
                     api = client.ApiClient(configuration)
+                    assert configuration.host is not None  # a kubeconfig, the cluster or the default always names one
                     env_proxy_once(api.rest_client, configuration.host)
                     self._client = api
         return self._client
@@ -301,7 +302,7 @@ class Kube:
         (events are best effort)."""
         meta = owner["metadata"]
         now = at or micro_time()
-        event = {
+        event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},

@@ -93,7 +93,7 @@ def project(body: Mapping[str, Any]) -> dict[str, Any]:
     """The part of an object worth keeping, compacted (`compact`): everything but managedFields (the bulk of a
     stored object, read by nobody here except as "who set spec.replicas", kept as a list of managers), and of
     a pod only its identity and status (and the claims its spec names)."""
-    return compact(_projected(body))  # type: ignore[no-any-return]
+    return compact(_projected(body))
 
 
 def _projected(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,8 +235,8 @@ class Cache:
             if kind in wanted:
                 watched.setdefault((kind, name), None)
         found: dict[tuple[str, str], dict[str, Any]] = {}
-        for (kind, name), obj in watched.items():
-            fresher = self._fresher((kind, key[1], name), obj)
+        for (kind, name), seen in watched.items():
+            fresher = self._fresher((kind, key[1], name), seen)
             if fresher is not None:
                 found[(kind, name)] = fresher
         return found

@@ -14,10 +14,9 @@ from typing import Any, Protocol
 
 from pooling_operator.api.problems import Problem
 from pooling_operator.k8s.cache import owner_key
-from pooling_operator.reconcile.built import Built
 from pooling_operator.reconcile.context import Context, InvalidSpec
 from pooling_operator.reconcile.policyset import PolicySet
-from pooling_operator.reconcile.state import Memory
+from pooling_operator.reconcile.state import Built, Memory
 from pooling_operator.reconcile.writes import ChildRefused, ChildTaken, converge, write_status
 from pooling_operator.status import conditions as C
 from pooling_operator.status.caches import waiting_status

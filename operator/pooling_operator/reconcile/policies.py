@@ -7,8 +7,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from pooling_operator.api.autoscaling import AutoscalingSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_name_for
-from pooling_operator.api.services import AutoscalingSpec
 from pooling_operator.k8s.api import ApiError
 from pooling_operator.reconcile.context import Context
 from pooling_operator.reconcile.policyset import PolicySet

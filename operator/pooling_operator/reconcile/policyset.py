@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooling_operator.api.autoscaling import AutoscalingSpec
 from pooling_operator.api.policy import AutoscalingPolicySpec, policy_name_for, selects
 from pooling_operator.api.problems import Problem
-from pooling_operator.api.services import AutoscalingSpec
 from pooling_operator.vllm.settings import Settings
 from pooling_operator.vllm.validate import validate
 
@@ -68,7 +68,9 @@ def policy_set(bodies: list[dict[str, Any]], settings: Settings, known: PolicySe
             valid[name] = result.resource.spec  # type: ignore[assignment]
             continue
         invalid[name] = result.errors
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        spec = body.get("spec")
+        if not isinstance(spec, dict):
+            spec = {}
         if spec.get("default") is True:
             selector = spec.get("namespaceSelector")
             defaults[name] = selector if isinstance(selector, dict) else None

@@ -25,8 +25,8 @@ class Series:
         for family, values in old.items():
             for value in values - set(new.get(family, {})):
                 GAUGES[family].remove((*key, value))
-        for family, values in new.items():
-            for value, number in values.items():
+        for family, numbers in new.items():
+            for value, number in numbers.items():
                 GAUGES[family].set((*key, value), number)
         if new:
             self._set[key] = {family: set(values) for family, values in new.items()}

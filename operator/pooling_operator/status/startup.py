@@ -90,6 +90,7 @@ def merged(old: dict[str, Any] | None, samples: list[float] | list[Startup]) -> 
             k = int(entry.get("samples") or 0) + 1
             entry.update(lastSeconds=round(value, 1), typicalSeconds=round(_mean(entry.get("typicalSeconds"), value, k), 1), samples=k)
     last = samples[-1]
+    assert typical is not None  # samples is not empty: the loop set it
     out: dict[str, Any] = {"lastSeconds": round(last.seconds if isinstance(last, Startup) else last, 1),
                            "typicalSeconds": round(float(typical), 1), "samples": n}
     if phases:

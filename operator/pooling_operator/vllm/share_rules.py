@@ -32,6 +32,7 @@ def share_problems(w: Workload, xa: ExtraArgs, resources: ResourcesSpec | None) 
     gpu = resources.gpu if resources else None
     if gpu is None or gpu.share is None:
         return
+    assert resources is not None  # the gpu is its
     share = gpu.share
     if w.kind not in SHARE_KINDS:
         kinds = f"{', '.join(SHARE_KINDS[:-1])} and {SHARE_KINDS[-1]}"

@@ -51,7 +51,9 @@ class Result:
 
 def identify(obj: Mapping[str, Any]) -> tuple[str, str]:
     kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "?"
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
     name = meta.get("name") if isinstance(meta.get("name"), str) else "?"
     return str(kind), str(name)
 
@@ -136,7 +138,9 @@ def identity(obj: Any) -> tuple[str, str, str] | None:
     info = KINDS.get(kind)
     if info is None or name == "?":
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
     namespace = (meta.get("namespace") or "default") if info.namespaced else ""
     return kind, str(namespace), name
 

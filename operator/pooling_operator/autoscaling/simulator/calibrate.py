@@ -31,6 +31,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pooling_operator.autoscaling.simulator.servicemodel import Completion, Replica, ServiceParams
@@ -85,7 +86,7 @@ def from_file(content: Any, base: ServiceParams | None = None) -> ServiceParams:
         f = FIELDS.get(str(key))
         if f is None:
             raise ValueError(f"{key}: not a service-model parameter; known: {', '.join(FIELDS)}")
-        kind = type(f.default)
+        kind: type = type(f.default)  # int or float: every ServiceParams field has a number for default
         if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not float(value).is_integer()):
             raise ValueError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
         values[f.name] = kind(value)
@@ -220,11 +221,14 @@ def fit(levels: Mapping[int, Point], base: ServiceParams, seconds: float = 10.0)
             total += math.log(max(sim.rps, 1e-9) / real.rps) ** 2 + math.log(sim.client_mean_s / real.client_mean_s) ** 2
         return total
 
+    def error_at(share: float, scale: float) -> float:
+        return error(params(share, scale))
+
     share, scale = 0.5, 1.0
     for _ in range(2 if split is not None else 1):  # coordinate descent: the split (when unmeasured), the speed
         if split is not None:
-            share = _golden(lambda s, k=scale: error(params(s, k)), 0.0, 0.95)
-        scale = _golden(lambda k, s=share: error(params(s, k)), 0.6, 1.4)
+            share = _golden(partial(error_at, scale=scale), 0.0, 0.95)
+        scale = _golden(partial(error_at, share), 0.6, 1.4)
     return params(share, scale)
 
 
@@ -269,9 +273,12 @@ def fit_open(closed: ServiceParams, levels: Mapping[int, Point], open_levels: Ma
     # the refit keeps the slowdown off rather than guess where it starts on this server.
     x = {"base": 1.0, "per_token": 1.0, "api": api_cpu_s if api_cpu_s else room / 2, "contention": 0.0}
     ranges = {"base": (0.5, 4.0), "per_token": (0.7, 1.3), "api": (0.0, 4 * max(room, x["api"])), "contention": (0.0, 4.0)}
+    def error_with(key: str, value: float) -> float:  # x with one parameter changed
+        return error(params({**x, key: value}))
+
     for _ in range(PASSES):
         for name, (lo, hi) in ranges.items():
-            x[name] = _golden(lambda v, n=name: error(params({**x, n: v})), lo, hi, rounds=12)
+            x[name] = _golden(partial(error_with, name), lo, hi, rounds=12)
     return params(x)
 
 

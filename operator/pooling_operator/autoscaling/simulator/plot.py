@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from typing import Any
 
 from pooling_operator.autoscaling.simulator.simulate import Result
 from pooling_operator.autoscaling.simulator.trace import Trace
@@ -70,7 +71,8 @@ def render(results: Mapping[str, Result], trace: Trace, target: float, fmt: str 
             demand.set_title(title, fontsize=10)
         fig.tight_layout()
         out = io.BytesIO()
-        fig.savefig(out, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        extra: dict[str, Any] = {"metadata": {"Date": None}} if fmt == "svg" else {}  # svg: no date, same bytes
+        fig.savefig(out, format=fmt, **extra)
         return out.getvalue()
     finally:
         plt.close(fig)

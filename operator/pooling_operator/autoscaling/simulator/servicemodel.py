@@ -158,7 +158,7 @@ class Counters:
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(tuple(float(b) for b in ITERATION_TOKEN_BUCKETS)))
 
 
-def _arrival(item: tuple[float, int, float | None]) -> float:
+def _arrival(item: tuple[float, int, float | None, float]) -> float:
     return item[0]
 
 

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("compile-cache", help="a service pod's compile cache on a volume")
     actions = p.add_subparsers(dest="action", required=True)
     r = actions.add_parser("restore", help="copy the key's entry into vLLM's cache root (a miss is not an error)")

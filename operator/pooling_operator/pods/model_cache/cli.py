@@ -14,7 +14,7 @@ from pathlib import Path
 from pooling_operator.api import cache_fill_contract as F
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("model-cache", help="a ModelCache's fill Job")
     actions = p.add_subparsers(dest="action", required=True)
     f = actions.add_parser("fill", help="download one revision into the claim's hub cache, verified, renamed into place")

@@ -22,6 +22,7 @@ same consistent folder a crash would, minus the debris.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import hashlib
 import json
@@ -102,7 +103,7 @@ class Entry:
     bytes: int
     sha256: str
 
-    def line(self) -> bytes:
+    def line(self) -> builtins.bytes:  # builtins: the field ``bytes`` shadows the type here
         doc = {field: getattr(self, field) for field in MANIFEST_FIELDS}
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
@@ -182,6 +183,7 @@ def resume(paths: ShardPaths) -> Resumed:
     paths.folder.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         paths.success.unlink()  # the shard is not done until this run says so
+    lines: list[Entry]  # read_manifest's default parse (parse_entry) reads Entry lines
     lines, bad, truncate_at = read_manifest(paths.manifest)
     kept: dict[str, Entry] = {}
     missing = 0

@@ -53,6 +53,7 @@ class RunRecord:
                      "command": self.run_info.get("command")},
             "model": {"name": self.run_info.get("model"), "revision": self.run_info.get("revision")},
         }  # fmt: skip
+        held: dict[str, Any]
         if self.mode is not None:
             held = {"mode": self.mode, "dtype": self.dtype, "dimension": self.dimension}
         elif self.task is None:

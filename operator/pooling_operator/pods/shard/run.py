@@ -15,7 +15,7 @@ import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pooling_operator import __version__
 from pooling_operator.api.clock import rfc3339
@@ -39,6 +39,8 @@ from pooling_operator.pods.shard.files import out_of_space, write_json_atomicall
 from pooling_operator.pods.shard.manifest import FailedLog, ManifestWriter, ShardPaths
 from pooling_operator.pods.shard.progress import Counts, Reporter, Sink
 from pooling_operator.pods.shard.record import RunRecord, finish, write_record
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class ShardRun:
     def name(self) -> str:
         return f"shard {self.config.shard}"
 
-    async def _io(self, fn, *args):
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def run(self) -> int:

@@ -18,6 +18,7 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from pooling_operator.api.pooling_job_contract import BATCH_OUTPUT, OPENAI_BATCH
 from pooling_operator.api.shard_contract import FAILED_LOG, MANIFEST, SUCCESS_MARKER, shard_folder
@@ -76,7 +77,7 @@ class Parts:
         return self._rows[entry.row : entry.row + entry.rows]
 
 
-def _jsonl(path: Path) -> Iterator[dict]:
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
     if not path.exists():
         return
     for raw in path.read_bytes().splitlines():

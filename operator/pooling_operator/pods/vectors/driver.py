@@ -260,17 +260,22 @@ class PoolingDriver(ShardRun):
 
     async def _process(self, todo: list[Sample], client: PoolingClient | ScoringClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:
-        one = self._lines if self.one_request_a_line else self._batch
-        work = (line_batches if self.one_request_a_line else batches)(todo, self.config.batch_size)
+        lines = self.one_request_a_line
+        work = (line_batches if lines else batches)(todo, self.config.batch_size)
         # a line with more inputs than batchSize is a batch of its own: up to one batch per line
-        count = len(todo) if self.one_request_a_line else -(-len(todo) // self.config.batch_size)
+        count = len(todo) if lines else -(-len(todo) // self.config.batch_size)
 
         async def worker() -> None:
             # One shared iterator: each worker takes the next batch when it is free (bounded concurrency).
             for batch in work:
                 if budget.exhausted or self.full is not None:
                     return
-                await one(batch, client, manifest, failed, budget)
+                if lines:
+                    await self._lines(batch, client, manifest, failed, budget)
+                else:
+                    # connect() makes a ScoringClient only for a scoring job, whose lines are each one request
+                    assert isinstance(client, PoolingClient)
+                    await self._batch(batch, client, manifest, failed, budget)
 
         async with asyncio.TaskGroup() as group:
             for _ in range(min(self.config.concurrency, count)):
@@ -349,7 +354,7 @@ class PoolingDriver(ShardRun):
             try:
                 if isinstance(client, ScoringClient):
                     return await client.score(sample)
-                vectors = await client.encode(list(sample.inputs or ()), self.dim)
+                vectors = await client.encode(sample.inputs or (), self.dim)  # the tuple as is: encode only reads it
                 if self.dim is not None and vectors.dim != self.dim:
                     raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
                 return vectors

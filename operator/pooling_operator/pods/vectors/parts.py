@@ -18,6 +18,7 @@ partial or shorter file unless the volume lost data (then the line is dropped an
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -50,7 +51,7 @@ class VectorEntry:
     tokens: int
     bytes: int  # the part file's size (what resume checks)
 
-    def line(self) -> bytes:
+    def line(self) -> builtins.bytes:  # builtins: the field ``bytes`` shadows the type here
         doc = {name: getattr(self, name) for name in MANIFEST_FIELDS}
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 

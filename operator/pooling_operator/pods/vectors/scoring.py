@@ -126,7 +126,7 @@ def check_scoring_request(doc: Mapping[str, Any], models: Sequence[str]) -> Scor
     top_n = body.get("top_n", 0)
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         return "body.top_n must be a non-negative integer (0: every document)"
-    documents = body.get("documents" if route == RERANK else "text_2")
+    documents: Any = body.get("documents" if route == RERANK else "text_2")  # JSON: _group checks it afterwards
     return ScoringRequest(doc["custom_id"], route, model, tuple(documents) if isinstance(documents, list) else (documents,),
                           top_n)  # fmt: skip
 
@@ -214,8 +214,9 @@ def scoring_body(request: ScoringRequest, line: int, scores: Sequence[float], to
     assert len(scores) == len(request.documents), (len(scores), len(request.documents))
     name = request.model or model
     if request.route == RERANK:
-        results = [{"index": i, "document": {"text": d, "multi_modal": None}, "relevance_score": s}
-                   for i, (d, s) in enumerate(zip(request.documents, scores, strict=True))]  # fmt: skip
+        results: list[dict[str, Any]] = [
+            {"index": i, "document": {"text": d, "multi_modal": None}, "relevance_score": s}
+            for i, (d, s) in enumerate(zip(request.documents, scores, strict=True))]  # fmt: skip
         results.sort(key=lambda r: r["relevance_score"], reverse=True)  # stable: ties keep document order
         if request.top_n:
             results = results[: request.top_n]
