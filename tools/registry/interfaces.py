@@ -62,6 +62,13 @@ def static_supports_lora(class_attr: ClassAttr, mro: list[Cls | ExternalV]) -> b
         member(mro, name) is not None for name in ("packed_modules_mapping", "embedding_modules"))
 
 
+def static_supports_multimodal(class_attr: ClassAttr, mro: list[Cls | ExternalV]) -> bool:
+    """interfaces.supports_multimodal on a class (0.32 :573-576): ``supports_multimodal`` is True (SupportsMultiModal
+    sets it, :173). What `_ModelInfo.supports_multimodal` holds (registry.py:900): the class takes inputs beyond text
+    (which modalities, its processor says)."""
+    return class_attr(mro, "supports_multimodal", False) is True
+
+
 def static_supports_pp(class_attr: ClassAttr, mro: list[Cls | ExternalV]) -> bool:
     """interfaces.supports_pp on a class (0.32 :810-866): SupportsPP in the MRO, or ``supports_pp`` True with
     ``make_empty_intermediate_tensors`` and a ``forward``; and ``forward`` takes ``intermediate_tensors``

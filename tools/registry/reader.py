@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from .classes import Cls, StaticScope, member
-from .interfaces import static_is_vllm_model, static_supports_lora, static_supports_pp
+from .interfaces import (
+    static_is_vllm_model,
+    static_supports_lora,
+    static_supports_multimodal,
+    static_supports_pp,
+)
 from .interp import Interp
 from .tree import Tree
 from .values import AnyOf, ClassV, Const, ExternalV, FuncV, Inst, Scope, Thunk, UnionV, Unknown, V, known
@@ -145,6 +150,7 @@ class Reader:
             "score": score_types.pop() if len(score_types) == 1 else "bi-encoder",
             "lora": static_supports_lora(i.class_attr, mro),
             "pp": static_supports_pp(i.class_attr, mro),
+            "mm": static_supports_multimodal(i.class_attr, mro),
         }
 
     def adapted(self, cls_v: ClassV, convert: str) -> Cls | None:

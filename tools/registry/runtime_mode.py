@@ -192,11 +192,12 @@ def runtime_entry(table: Table, reader: Reader, rt: Runtime, arch: str, reg: dic
     info = vreg._ModelInfo.from_model_cls(real)
     facts = {"generate": info.is_text_generation_model, "pooling": info.is_pooling_model, "attn": info.attn_type,
              "seq_pooling": info.default_seq_pooling_type, "tok_pooling": info.default_tok_pooling_type,
-             "score": info.score_type, "lora": bool(supports_lora(real)), "pp": info.supports_pp}  # fmt: skip
+             "score": info.score_type, "lora": bool(supports_lora(real)), "pp": info.supports_pp,
+             "mm": info.supports_multimodal}  # fmt: skip
     static = reader.class_for_real(real)
     if isinstance(static, Cls):  # the source reading of the interfaces (what --source gives 0.33) checked here
         read_facts = reader.facts(static)
-        mismatches += [f"{arch}: {k} {facts[k]} at runtime, {read_facts[k]} read from source" for k in ("lora", "pp")
+        mismatches += [f"{arch}: {k} {facts[k]} at runtime, {read_facts[k]} read from source" for k in ("lora", "pp", "mm")
                        if read_facts[k] != facts[k]]  # fmt: skip
     runner, convert = default_runner(facts, arch, table.suffixes)
     pooler: tuple[list[str] | None, str | None] = (None, None)

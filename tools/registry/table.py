@@ -58,6 +58,7 @@ class Table:
             "attn": facts["attn"],
             "lora": facts["lora"],
             "pp": facts["pp"],
+            "mm": facts["mm"],
             "read": read,
         }
         if runner == "pooling":

@@ -37,6 +37,9 @@ class Entry:
     # so not known here): SupportsLoRA (--enable-lora), SupportsPP (--pipeline-parallel-size above 1).
     lora: bool | None = None
     pp: bool | None = None
+    mm: bool | None = None  # SupportsMultiModal: inputs beyond text (the modalities are the processor's)
+    task: str | None = None  # the one task a server exposes without --pooler-config task (registered pooling names)
+    pooler: str | None = None  # the line of the pooler factory the tasks come from
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,7 +113,8 @@ class Registry:
 
 
 def _interfaces(raw: dict[str, Any]) -> dict[str, Any]:
-    return {"cls": raw.get("class"), "lora": raw.get("lora"), "pp": raw.get("pp")}
+    return {"cls": raw.get("class"), "lora": raw.get("lora"), "pp": raw.get("pp"), "mm": raw.get("mm"),
+            "task": raw.get("task"), "pooler": raw.get("pooler")}
 
 
 def _read(name: str) -> dict[str, Any]:
