@@ -44,6 +44,7 @@ BREAKS: dict[str, dict[str, Any]] = {
     M.BIENCODER_SEQUENCE_POOLING: scoring({"mode": "biEncoder", "pooling": {"type": "ALL"}}),
     M.PARALLELISM_LE_SHARDS: hidden_states({"shards": 2, "parallelism": 3}),
     M.SPACE_CHECK_NEEDS_SPACE: pooling({"spaceCheck": {}}),
+    M.SCORING_VECTORS_INPUTS_ONLY: scoring({"vectors": {"queryInstruction": "query: "}}),
     M.ROUTER_NO_API_KEY: pooling({"routing": {"vllmRouter": {}}, "service": {"apiKeySecretRef": {"name": "k", "key": "k"}}}),
     M.BUDGET_NEEDS_HIDDEN_SIZE: hidden_states({"model": {"hints": {"hiddenSize": None}}, "output": {"storageBudget": "1Ti"}}),
     M.LAYERS_ASCENDING: hidden_states({"layers": [18, 3]}),

@@ -42,7 +42,7 @@ def test_every_pinned_revision_is_cited_in_examples_readme() -> None:
             model = ((doc or {}).get("spec") or {}).get("model") or {}
             if model.get("revision"):
                 pinned.add((model["name"], model["revision"]))
-    assert len(pinned) == 7
+    assert len(pinned) == 8
     for name, revision in pinned:
         row = next((line for line in readme.splitlines() if line.startswith(f"| {name} |")), "")
         assert f"`{revision}`" in row, f"{name}@{revision} has no row in examples/README.md saying where it was seen"

@@ -21,7 +21,7 @@ from pooling_operator.api import pooling_job_contract as pj
 from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.shard import files
 from pooling_operator.pods.shard.dataset import BadLine, Sample, parse_line, read_shard
-from pooling_operator.pods.vectors.driver import PoolingConfig, PoolingDriver, batches
+from pooling_operator.pods.vectors.driver import NOT_INSTRUCTABLE, PoolingConfig, PoolingDriver, batches
 from pooling_operator.pods.vectors.parts import part_header, write_part
 from tests.hidden_states_support import failed_lines, manifest_lines
 from tests.pooling_support import (
@@ -181,6 +181,28 @@ def test_run_json_records_what_made_the_vectors(tmp_path: Path) -> None:
     assert doc["task"] == "embed" and doc["embeddingSpace"] == info["embeddingSpace"]
     assert doc["dtype"] == "float16" and doc["dimension"] == POOLING_DIM
     assert doc["driver"]["version"]
+
+
+def test_the_document_instruction_goes_before_every_text_and_an_input_of_token_ids_fails(tmp_path: Path) -> None:
+    """spec.vectors.documentInstruction: vLLM sees 'passage: <text>' for every text, the vectors stored are those
+    of the prefixed texts, each token-id input is listed failed (no text to prefix), and run.json keeps the
+    declared contract beside the space."""
+    dataset, output = tmp_path / "d.jsonl", tmp_path / "out"
+    expected = write_pooling_dataset(dataset, 13)  # every 4th input is token ids
+    vectors = {"outputs": ["dense"], "inputs": ["text"], "documentInstruction": "passage: "}
+    info = {"model": "org/e5", "revision": "abc123", "image": "vllm/vllm-openai:v0.32.0", "command": ["vllm", "serve"],
+            "task": "embed", "embeddingSpace": {"label": "e5", "fingerprint": "sha256:00ff"}, "vectors": vectors}
+    fake = FakePooling()
+    with fake_pooling(fake) as url:
+        assert run(pooling_config(dataset, output, url, run_info=info, document_instruction="passage: ")) == hs.EXIT_OK
+    sent = [x for _, body in fake.requests for x in body["input"]]
+    texts = {k: v for k, v in expected.items() if isinstance(v, str)}
+    assert sorted(sent) == sorted("passage: " + t for t in texts.values())
+    check_vectors(output, 1, {k: "passage: " + v for k, v in texts.items()})
+    failed = failed_lines(output, 0)
+    assert sorted(f["id"] for f in failed) == sorted(k for k, v in expected.items() if not isinstance(v, str))
+    assert {f["reason"] for f in failed} == {NOT_INSTRUCTABLE}
+    assert json.loads((output / "shard-0" / "run.json").read_text())["vectors"] == vectors
 
 
 def test_inputs_vllm_refuses_are_isolated_by_halving_their_batch(tmp_path: Path) -> None:

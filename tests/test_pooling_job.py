@@ -69,7 +69,7 @@ def test_every_cel_rule_of_the_crd_is_said_by_validate_too() -> None:
                     M.MATRYOSHKA_DIMENSIONS, M.DIMENSIONS_EMBEDDING_ONLY, M.BATCH_FILE_EMBED_ONLY,
                     M.BATCH_OUTPUT_NEEDS_BATCH_INPUT, M.JOB_TASK_OR_MODE, M.GENERATIVE_IFF_MODE, M.POOLING_BIENCODER_ONLY,
                     M.BIENCODER_SEQUENCE_POOLING, M.SCORING_JOB_NO_SPACE, M.SCORING_JOB_CONVERT,
-                    M.GENERATIVE_BATCH_FILE, M.SPACE_CHECK_NEEDS_SPACE}  # fmt: skip
+                    M.GENERATIVE_BATCH_FILE, M.SPACE_CHECK_NEEDS_SPACE, M.SCORING_VECTORS_INPUTS_ONLY}  # fmt: skip
 
 
 BATCH = {"dataset": {"volume": {"claimName": "corpus", "path": "/requests.jsonl"}, "format": "openaiBatch"},

@@ -30,8 +30,13 @@ MATRYOSHKA_DIMENSIONS = (
 )
 DIMENSIONS_EMBEDDING_ONLY = "pooling.dimensions applies only to the embedding tasks embed and token_embed"
 EMBEDDING_SPACE = (
-    "model.name, model.revision, pooling.type, pooling.normalize and pooling.dimensions define the vector "
-    "space; change embeddingSpace to a new label in the same update to change them"
+    "model.name, model.revision, pooling.type, pooling.normalize, pooling.dimensions and the vectors' query and "
+    "document instructions define the vector space; change embeddingSpace to a new label in the same update to "
+    "change them"
+)
+SCORING_VECTORS_INPUTS_ONLY = (
+    "scoring returns scores: a ScoringService, or a PoolingJob with mode, declares only vectors.inputs (outputs, "
+    "instructions and ioProcessorPlugin are for the pooling tasks)"
 )
 LABELS_DISTINCT = "label token ids must be distinct"
 GENERATIVE_IFF_MODE = "generative must be set exactly when mode is generative"

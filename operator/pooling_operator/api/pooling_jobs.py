@@ -40,6 +40,7 @@ from pooling_operator.api.services import (
     Task,
 )
 from pooling_operator.api.space_check import SpaceCheckSpec
+from pooling_operator.api.vectors import VectorsSpec
 
 
 class CorpusSpec(Spec):
@@ -128,6 +129,11 @@ class _PoolingJobFields(Spec):
         "(status.embeddingSpace), so an index built from the output can be matched to the service that answers "
         "its queries.",
     )
+    vectors: VectorsSpec | None = Field(
+        default=None,
+        description=(VectorsSpec.__doc__ or "") + " A job prepends documentInstruction to every text input; "
+        "a scoring job (mode) declares inputs only.",
+    )
     space_check: SpaceCheckSpec | None = Field(
         default=None,
         description="Refuse to mix spaces: every shard first sends the canaries (spaceCheck.canaries, else the built-in "
@@ -173,6 +179,13 @@ class PoolingJobSpec(JobSpec, _PoolingJobFields):
             cel("!has(self.spaceCheck) || has(self.embeddingSpace)", M.SPACE_CHECK_NEEDS_SPACE, ".spaceCheck"),
             cel("!has(self.mode) || !has(self.convert) || self.convert == 'auto'", M.SCORING_JOB_CONVERT, ".convert"),
             MATRYOSHKA_RULE,
+            cel(
+                "!has(self.mode) || !has(self.vectors) || (!has(self.vectors.outputs) && "
+                "!has(self.vectors.queryInstruction) && !has(self.vectors.documentInstruction) && "
+                "!has(self.vectors.ioProcessorPlugin))",
+                M.SCORING_VECTORS_INPUTS_ONLY,
+                ".vectors",
+            ),
             cel(
                 "has(self.mode) || (has(self.task) && self.task == 'embed') || "
                 "((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "

@@ -22,6 +22,7 @@ from pooling_operator.api.routing import RoutingSpec
 from pooling_operator.api.schema import Spec
 from pooling_operator.api.space_check import SpaceCheckSpec, SpaceCheckStatus
 from pooling_operator.api.startup import StartupStatus
+from pooling_operator.api.vectors import VectorsSpec, VectorsStatus
 
 Task = Literal["embed", "classify", "token_embed", "token_classify"]
 SEQUENCE_TASKS = ("embed", "classify")
@@ -150,12 +151,20 @@ _EMBEDDING_SPACE_FIELDS = " && ".join(
         _opt("pooling", "type", "''"),
         _opt("pooling", "normalize", "-1", "({} ? 1 : 0)"),
         _opt("pooling", "dimensions", "0"),
+        _opt("vectors", "queryInstruction", "''"),
+        _opt("vectors", "documentInstruction", "''"),
     )
 )
 _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
+SCORING_VECTORS_RULE = cel(
+    "!has(self.vectors) || (!has(self.vectors.outputs) && !has(self.vectors.queryInstruction) && "
+    "!has(self.vectors.documentInstruction) && !has(self.vectors.ioProcessorPlugin))",
+    M.SCORING_VECTORS_INPUTS_ONLY,
+    ".vectors",
+)  # a ScoringService's; a PoolingJob's with mode
 ROUTER_KEY_RULE = cel(
     "!has(self.routing) || !has(self.service) || !has(self.service.apiKeySecretRef)", M.ROUTER_NO_API_KEY, ".routing"
 )
@@ -226,6 +235,7 @@ class PoolingServiceSpec(ServingSpec):
     space_check: SpaceCheckSpec | None = Field(
         default=None, description=(SpaceCheckSpec.__doc__ or "") + " Needs embeddingSpace: the reference is the space's."
     )
+    vectors: VectorsSpec | None = Field(default=None, description=VectorsSpec.__doc__)
 
 
 class GenerativeLabel(Spec):
@@ -271,6 +281,7 @@ class ScoringServiceSpec(ServingSpec):
             ),
             MATRYOSHKA_RULE,
             ROUTER_KEY_RULE,
+            SCORING_VECTORS_RULE,
         )
     )
 
@@ -283,6 +294,11 @@ class ScoringServiceSpec(ServingSpec):
     space_check: SpaceCheckSpec | None = Field(
         default=None, description=(SpaceCheckSpec.__doc__ or "") + " A ScoringService's canaries are query/document pairs and its "
         "reference the scores of its first pod; a new pod's scores may differ by the stated tolerance.",
+    )
+    vectors: VectorsSpec | None = Field(
+        default=None,
+        description="What the server takes (vectors.inputs: text, image; image for a multimodal late-interaction or "
+        "bi-encoder architecture). A ScoringService returns scores, so outputs and instructions do not apply.",
     )
 
 
@@ -361,6 +377,7 @@ class PoolingServiceStatus(ServiceStatus):
     """Observed state of a PoolingService."""
 
     embedding_space: EmbeddingSpaceStatus | None = Field(default=None, description=EmbeddingSpaceStatus.__doc__)
+    vectors: VectorsStatus | None = Field(default=None, description=VectorsStatus.__doc__)
 
 
 class ScoringContract(Spec):
@@ -380,5 +397,6 @@ class ScoringServiceStatus(ServiceStatus):
     """Observed state of a ScoringService."""
 
     contract: ScoringContract | None = Field(default=None, description=ScoringContract.__doc__)
+    vectors: VectorsStatus | None = Field(default=None, description=VectorsStatus.__doc__)
 
 

@@ -35,6 +35,7 @@ from pooling_operator.vllm.args import DATASET_MOUNT, DEFAULT_PORT, output_dir
 from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.space_check import reference_name
+from pooling_operator.vllm.vectors import vectors_status
 from pooling_operator.vllm.workload import Workload
 
 CANARIES_FILE = "canaries.jsonl"  # the user's canaries, as mounted in a shard's driver
@@ -48,7 +49,9 @@ def run_info(resource: PoolingJob, w: Workload, argv: list[str]) -> str:
     if spec.mode is not None:
         return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, mode=spec.mode)
     space = {"label": spec.embedding_space, "fingerprint": embedding_fingerprint(w)}
-    return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, task=spec.task, embeddingSpace=space)
+    vectors = vectors_status(w) if spec.vectors is not None else None  # an index keeps its contract: instructions
+    return hs.run_info(w.model.name, w.model.revision, w.engine.image, argv, task=spec.task, embeddingSpace=space,
+                       **({"vectors": vectors} if vectors else {}))
 
 
 def work_args(resource: PoolingJob) -> list[str]:
@@ -115,6 +118,8 @@ def driver_args(resource: PoolingJob, w: Workload, argv: list[str]) -> list[str]
         }, separators=(",", ":"))]  # fmt: skip
     if spec.output.formats != [SAFETENSORS]:
         args += ["--outputs", ",".join(spec.output.formats)]
+    if spec.vectors is not None and spec.vectors.document_instruction is not None:
+        args += ["--document-instruction", spec.vectors.document_instruction]
     return args
 
 

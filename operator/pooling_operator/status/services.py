@@ -22,6 +22,7 @@ from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.embedding_space import embedding_fingerprint
 from pooling_operator.vllm.router import client_routes, mode_route
 from pooling_operator.vllm.settings import KEDA_HTTP_INTERCEPTOR
+from pooling_operator.vllm.vectors import served_task, vectors_status
 from pooling_operator.vllm.workload import Workload, workload
 
 CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
@@ -33,7 +34,7 @@ def effective(resource: Service, c: Contract, argv: list[str], w: Workload | Non
     out: dict[str, Any] = {"vllmVersion": c.version, "runner": w.runner}
     if w.runner == "pooling":
         config = pooler_config(w)
-        out["task"] = w.task
+        out["task"] = served_task(w)
         out["poolingType"] = config.get("seq_pooling_type") or config.get("tok_pooling_type") or "model default"
         if "use_activation" in config:
             out["normalize"] = config["use_activation"]
@@ -236,6 +237,9 @@ def service_status(
     }
     if spec.service.api_key_secret_ref is not None:
         status["unprotectedRoutes"] = c.unprotected(service_routes)
+    vectors = vectors_status(w)
+    if vectors is not None:
+        status["vectors"] = vectors
     if in_space(resource):
         status["embeddingSpace"] = {"fingerprint": embedding_fingerprint(w)}
         if resource.spec.embedding_space:

@@ -14,6 +14,7 @@ from pooling_operator.vllm.contract import Contract
 from pooling_operator.vllm.extra_args import option_names
 from pooling_operator.vllm.memory import utilization
 from pooling_operator.vllm.metrics import LATENCY_BUCKETS, LATENCY_FAMILY
+from pooling_operator.vllm.vectors import COMBINED, served_task
 from pooling_operator.vllm.workload import Workload, workload
 
 MODEL_MOUNT = "/models"
@@ -44,7 +45,8 @@ def model_argument(w: Workload) -> str:
 
 def pooler_config(w: Workload) -> dict[str, Any]:
     """--pooler-config: the one task always, pooling type, use_activation, default dimensions, chunking."""
-    config: dict[str, Any] = {"task": w.task}
+    task = served_task(w)  # the combined task (two outputs) is vLLM's default for its architecture: not set
+    config: dict[str, Any] = {"task": task} if task != COMBINED else {}
     pooling = w.pooling
     if pooling is not None:
         if pooling.type is not None:
@@ -115,6 +117,8 @@ def vllm_command(
         if w.convert != "auto":
             argv += ["--convert", w.convert]
         argv += ["--pooler-config", compact(pooler_config(w))]
+        if w.vectors is not None and w.vectors.io_processor_plugin is not None:
+            argv += ["--io-processor-plugin", w.vectors.io_processor_plugin]
     overrides = hf_overrides(w)
     if overrides:
         argv += ["--hf-overrides", compact(overrides)]

@@ -57,6 +57,7 @@ from pooling_operator.vllm.storage_rules import (
     load_format_problems,
     source_problems,
 )
+from pooling_operator.vllm.vectors_rules import vectors_problems
 from pooling_operator.vllm.workload import Workload, workload
 from pooling_operator.vllm.workload_rules import common_problems
 
@@ -156,6 +157,11 @@ def autoscaling(s: Subject) -> Iterable[Problem]:
         yield from autoscaling_problems(a, s.policies, s.namespace_labels)
 
 
+def vectors(s: Subject) -> Iterable[Problem]:
+    """What the server returns and takes (spec.vectors): vllm/vectors_rules.py."""
+    yield from vectors_problems(s.w, s.settings)
+
+
 def routing(s: Subject) -> Iterable[Problem]:
     """The router in front (spec.routing): vllm/router.py."""
     assert isinstance(s.resource, Service)
@@ -175,10 +181,12 @@ def network_policy(s: Subject) -> Iterable[Problem]:
 
 # The named rule chains, per kind: a resource is valid when every rule of its chain yields nothing.
 CHAINS: dict[str, tuple[Rule, ...]] = {  # by kind, as builders.BUILDERS
-    "PoolingService": (model_and_engine, storage, extra_args, gpus, pooling_service, autoscaling, network_policy, routing),
-    "ScoringService": (model_and_engine, storage, extra_args, gpus, scoring_service, autoscaling, network_policy, routing),
+    "PoolingService": (model_and_engine, storage, extra_args, gpus, pooling_service, vectors, autoscaling, network_policy,
+                       routing),
+    "ScoringService": (model_and_engine, storage, extra_args, gpus, scoring_service, vectors, autoscaling, network_policy,
+                       routing),
     "HiddenStateJob": (model_and_engine, storage, extra_args, gpus, hidden_state_job),
-    "PoolingJob": (model_and_engine, storage, extra_args, gpus, pooling_job),
+    "PoolingJob": (model_and_engine, storage, extra_args, gpus, pooling_job, vectors),
 }
 
 

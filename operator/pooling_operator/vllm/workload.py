@@ -11,6 +11,7 @@ from pooling_operator.api import HiddenStateJob, PoolingJob, PoolingService, Sco
 from pooling_operator.api.base import EngineSpec, ModelSpec
 from pooling_operator.api.resources import FAMILY_KINDS, VllmResource
 from pooling_operator.api.services import GenerativeSpec, PoolingSpec
+from pooling_operator.api.vectors import VectorsSpec
 from pooling_operator.vllm.contract import SUPPORTED_VERSIONS, resolve_version
 from pooling_operator.vllm.models import ModelFacts, facts
 
@@ -34,6 +35,7 @@ class Workload:
     generative: GenerativeSpec | None
     hidden_states: bool
     mode: str | None = None
+    vectors: VectorsSpec | None = None  # spec.vectors: outputs, inputs, instructions, the IO-processor plugin
 
     @property
     def job(self) -> bool:
@@ -69,7 +71,7 @@ class Workload:
 def _pooling(r: PoolingService | PoolingJob) -> Workload:
     m, spec = r.metadata, r.spec
     return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "pooling", spec.task, spec.convert,
-                    spec.pooling, None, False)
+                    spec.pooling, None, False, vectors=spec.vectors)
 
 
 def _scoring(r: ScoringService | PoolingJob) -> Workload:
@@ -78,7 +80,7 @@ def _scoring(r: ScoringService | PoolingJob) -> Workload:
     generative = spec.mode == "generative"
     return Workload(r.kind, m.name, m.namespace, spec.model, spec.engine, "generate" if generative else "pooling",
                     None if generative else MODE_TASKS[spec.mode], "auto", spec.pooling, spec.generative, False,
-                    spec.mode)
+                    spec.mode, spec.vectors)
 
 
 def _hidden_states(r: HiddenStateJob) -> Workload:

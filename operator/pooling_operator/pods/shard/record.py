@@ -62,6 +62,9 @@ class RunRecord:
             space = self.run_info.get("embeddingSpace")
             held = {"task": self.task, "embeddingSpace": space if isinstance(space, dict) else None,
                     "dtype": self.dtype, "dimension": self.dimension}
+            vectors = self.run_info.get("vectors")  # spec.vectors as declared: the instruction every input had
+            if isinstance(vectors, dict):
+                held["vectors"] = vectors
         if self.space_check is not None:
             held["spaceCheck"] = self.space_check
         return {**ran, **held, "driver": {"version": driver_version}}

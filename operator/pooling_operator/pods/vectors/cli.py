@@ -97,6 +97,8 @@ def add_parser(subparsers: Any) -> None:
                    "are written either way, as the record resume reads)")
     r.add_argument("--run-info", type=run_info, default=None, metavar="JSON",
                    help="what the operator ran, for run.json: model, revision, image, command, task, embeddingSpace")  # fmt: skip
+    r.add_argument("--document-instruction", default="", metavar="TEXT",
+                   help="prepended to every text input (spec.vectors.documentInstruction); token ids then fail")
     r.add_argument("--budget-bytes", type=non_negative, help="this shard's share of the storage budget")
     r.add_argument("--space-check", type=_space_check, default=None, metavar="JSON",
                    help="spec.spaceCheck: send the canaries first and end the shard (exit 6) if they drift from the "
@@ -134,6 +136,7 @@ def config_from(args: argparse.Namespace) -> PoolingConfig:
         request_timeout=args.request_timeout, progress_interval=args.progress_interval, format=args.format,
         outputs=args.outputs, models=tuple(args.model_name), mode=args.mode, labels=args.label_token_ids,
         apply_softmax=args.apply_softmax, item_first=args.item_first, space_check=args.space_check,
+        document_instruction=args.document_instruction,
     )  # fmt: skip
 
 

@@ -110,6 +110,7 @@ class PoolingConfig:
     apply_softmax: bool = True  # mode generative
     item_first: bool = False  # mode generative
     space_check: SpaceCheckConfig | None = None  # spec.spaceCheck: the canaries before any input (space.py)
+    document_instruction: str = ""  # spec.vectors.documentInstruction: before every text input
 
 
 def batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]:
@@ -139,10 +140,31 @@ def line_batches(samples: Sequence[Sample], size: int) -> Iterator[list[Sample]]
         yield batch
 
 
-def _inputs(batch: Sequence[Sample]) -> list[str] | list[tuple[int, ...]]:
+def _inputs(batch: Sequence[Sample], instruction: str = "") -> list[str] | list[tuple[int, ...]]:
+    """What one request sends: the texts with the document instruction before each, or the token ids."""
     if batch[0].prompt is not None:
-        return [s.prompt for s in batch if s.prompt is not None]
+        return [instruction + s.prompt for s in batch if s.prompt is not None]
     return [s.token_ids for s in batch if s.token_ids is not None]
+
+
+def instructed(inputs: tuple[str, ...] | tuple[tuple[int, ...], ...], instruction: str) -> tuple[str, ...] | tuple[tuple[int, ...], ...]:
+    """An OpenAI Batch line's inputs with the document instruction before each text (token ids are refused before)."""
+    if not instruction or not inputs or not isinstance(inputs[0], str):
+        return inputs
+    return tuple(instruction + str(text) for text in inputs)
+
+
+def _token_ids_only(sample: Sample) -> bool:
+    """An input of token ids (a line's token_ids, or an OpenAI Batch line's ids), which no instruction can precede."""
+    if sample.route is not None:  # a scoring line: no instruction applies (refused at admission)
+        return False
+    if sample.prompt is not None:
+        return False
+    return sample.token_ids is not None or (bool(sample.inputs) and not isinstance((sample.inputs or ("",))[0], str))
+
+
+NOT_INSTRUCTABLE = ("token ids cannot take spec.vectors.documentInstruction (it is text, prepended before "
+                    "tokenization): give this input as text")
 
 
 class PoolingDriver(ShardRun):
@@ -261,6 +283,10 @@ class PoolingDriver(ShardRun):
     async def _process(self, todo: list[Sample], client: PoolingClient | ScoringClient, manifest: ManifestWriter, failed: FailedLog,
                        budget: Budget) -> None:
         lines = self.one_request_a_line
+        if self.config.document_instruction:  # text only: an input of token ids fails, the others go on
+            for sample in [s for s in todo if _token_ids_only(s)]:
+                self._fail(failed, sample, NOT_INSTRUCTABLE)
+            todo = [s for s in todo if not _token_ids_only(s)]
         work = (line_batches if lines else batches)(todo, self.config.batch_size)
         # a line with more inputs than batchSize is a batch of its own: up to one batch per line
         count = len(todo) if lines else -(-len(todo) // self.config.batch_size)
@@ -289,7 +315,7 @@ class PoolingDriver(ShardRun):
             if not await self._ready_for(attempt):
                 return
             try:
-                vectors = await client.encode(_inputs(batch), self.dim)
+                vectors = await client.encode(_inputs(batch, c.document_instruction), self.dim)
                 if self.dim is not None and vectors.dim != self.dim:  # an answer that raced the first one
                     raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
             except Transient as exc:
@@ -354,7 +380,7 @@ class PoolingDriver(ShardRun):
             try:
                 if isinstance(client, ScoringClient):
                     return await client.score(sample)
-                vectors = await client.encode(sample.inputs or (), self.dim)  # the tuple as is: encode only reads it
+                vectors = await client.encode(instructed(sample.inputs or (), c.document_instruction), self.dim)
                 if self.dim is not None and vectors.dim != self.dim:
                     raise Transient(f"the vectors have {vectors.dim} dimensions, earlier ones {self.dim}")
                 return vectors
