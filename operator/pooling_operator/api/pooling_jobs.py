@@ -31,6 +31,7 @@ from pooling_operator.api.job_base import (
 from pooling_operator.api.schema import Quantity, Spec
 from pooling_operator.api.services import (
     MATRYOSHKA_RULE,
+    VECTORS_INPUTS_ONLY,
     Convert,
     EmbeddingSpaceLabel,
     EmbeddingSpaceStatus,
@@ -179,13 +180,7 @@ class PoolingJobSpec(JobSpec, _PoolingJobFields):
             cel("!has(self.spaceCheck) || has(self.embeddingSpace)", M.SPACE_CHECK_NEEDS_SPACE, ".spaceCheck"),
             cel("!has(self.mode) || !has(self.convert) || self.convert == 'auto'", M.SCORING_JOB_CONVERT, ".convert"),
             MATRYOSHKA_RULE,
-            cel(
-                "!has(self.mode) || !has(self.vectors) || (!has(self.vectors.outputs) && "
-                "!has(self.vectors.queryInstruction) && !has(self.vectors.documentInstruction) && "
-                "!has(self.vectors.ioProcessorPlugin))",
-                M.SCORING_VECTORS_INPUTS_ONLY,
-                ".vectors",
-            ),
+            cel(f"!has(self.mode) || {VECTORS_INPUTS_ONLY}", M.SCORING_VECTORS_INPUTS_ONLY, ".vectors"),
             cel(
                 "has(self.mode) || (has(self.task) && self.task == 'embed') || "
                 "((!has(self.dataset.format) || self.dataset.format == 'jsonl') && "

@@ -159,12 +159,11 @@ _SAME_SPACE = (
     "has(self.embeddingSpace) == has(oldSelf.embeddingSpace)"
     " && (!has(self.embeddingSpace) || self.embeddingSpace == oldSelf.embeddingSpace)"
 )
-SCORING_VECTORS_RULE = cel(
+VECTORS_INPUTS_ONLY = (
     "!has(self.vectors) || (!has(self.vectors.outputs) && !has(self.vectors.queryInstruction) && "
-    "!has(self.vectors.documentInstruction) && !has(self.vectors.ioProcessorPlugin))",
-    M.SCORING_VECTORS_INPUTS_ONLY,
-    ".vectors",
-)  # a ScoringService's; a PoolingJob's with mode
+    "!has(self.vectors.documentInstruction) && !has(self.vectors.ioProcessorPlugin))"
+)  # what scoring may declare of vectors: a ScoringService's rule, a PoolingJob's with a mode
+SCORING_VECTORS_RULE = cel(VECTORS_INPUTS_ONLY, M.SCORING_VECTORS_INPUTS_ONLY, ".vectors")
 ROUTER_KEY_RULE = cel(
     "!has(self.routing) || !has(self.service) || !has(self.service.apiKeySecretRef)", M.ROUTER_NO_API_KEY, ".routing"
 )
