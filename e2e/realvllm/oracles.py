@@ -24,6 +24,7 @@
                                                over text i's tokens of the best dot product with text j's
     <runtime python> e2e/realvllm/oracles.py token-classify MODEL_DIR < {"texts": [...]}
         -> {"probs": [[[...] per token] per text]}   transformers' AutoModelForTokenClassification, softmax
+                                               (one label: sigmoid, as vLLM answers it)
                                                over the labels of each token (special tokens included)
     <runtime python> e2e/realvllm/oracles.py batch - < {"jobs": [{"command", "model_dir", "request"}, ...]}
         -> {"results": [...]}                  several of the above in one interpreter (one import of torch)
@@ -140,7 +141,8 @@ def token_classify(model_dir: str, req: dict) -> dict:
     for text in req["texts"]:
         with torch.no_grad():
             logits = model(**tok(text, return_tensors="pt")).logits[0]
-        probs.append(torch.softmax(logits.to(torch.float64), dim=-1).tolist())
+        logits = logits.to(torch.float64)  # one label: its sigmoid, as vLLM's PoolerClassify (activations.py:138-141)
+        probs.append((torch.sigmoid(logits) if logits.shape[-1] == 1 else torch.softmax(logits, dim=-1)).tolist())
     return {"probs": probs}
 
 

@@ -16,6 +16,9 @@ scaled so the outputs spread (a head at transformers' 0.02 initialisation would 
                     colbert.py:207, the projection is built before nn.Module.__init__), as colbertv2.0's own
                     config has none
 ``token-classifier`` BertForTokenClassification, ``TOKEN_LABELS`` labels (vLLM: token_classify)
+``sparse-head``     BertForTokenClassification, one label: one weight a token (vLLM: token_classify, which answers
+                    the sigmoid of a one-label logit, model_executor/layers/pooler/activations.py:138-141 in 0.32), a
+                    PoolingService's ``vectors.outputs: [sparse]``
 
 Like oracles.py this file imports nothing from the repository: it runs in the runtime's virtual environment.
 """
@@ -38,6 +41,7 @@ BUILDS = {
     "cross-encoder": "BertForSequenceClassification",
     "colbert": "HF_ColBERT",
     "token-classifier": "BertForTokenClassification",
+    "sparse-head": "BertForTokenClassification",
 }
 
 
@@ -83,9 +87,10 @@ def build(name: str, source: Path, out: Path, seed: int) -> dict:
         tensors = _backbone(source, pooler=False)
         tensors["linear.weight"] = _head(gen, COLBERT_DIM, hidden, bias=False)["weight"]
     else:
+        count = 1 if name == "sparse-head" else TOKEN_LABELS
         tensors = _backbone(source, pooler=False)
-        tensors |= {f"classifier.{k}": v for k, v in _head(gen, TOKEN_LABELS, hidden, bias=True).items()}
-        labels = [f"TAG_{i}" for i in range(TOKEN_LABELS)]
+        tensors |= {f"classifier.{k}": v for k, v in _head(gen, count, hidden, bias=True).items()}
+        labels = [f"TAG_{i}" for i in range(count)]
         config.update({"id2label": dict(enumerate(labels)), "label2id": {v: i for i, v in enumerate(labels)}})
     folder = out / name
     if folder.exists():

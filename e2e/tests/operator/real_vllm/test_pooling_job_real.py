@@ -11,11 +11,17 @@ and e2e/tests/operator/test_pooling_job.py), so two vLLM starts. Mid-shard the d
 and the Job retries the index in a new pod, which resumes from the manifest. Then every request is in exactly one manifest line, each line's
 row holds a vector equal to sentence-transformers' for its text (cosine >= 0.9999; e2e/realvllm/oracles.py, which
 never imports vllm) and to what the PoolingService answers, the three bad lines of the file are in failed.jsonl,
-every shard's run.json carries the embedding space's fingerprint that the PoolingService publishes, and the
+every shard's run.json carries the embedding space's fingerprint that a PoolingService declaring the same vectors
+publishes, and the
 Batch output file has one line per request line in input order, read back by the openai package's own types:
 each answer's embedding the manifest's vector, each bad line an error line with its custom_id. The plain JSONL
 corpus takes the same driver, client and vLLM route (tests/test_pooling_driver*.py and the operator tier hold
-it to the stand-in)."""
+it to the stand-in).
+
+The job declares e5-style instructions (spec.vectors, docs/vectors.md): vLLM is sent "passage: <text>" for every
+input, so each vector must equal sentence-transformers' of the prefixed text and what the service answers a client
+that prepends the same instruction (a query through the service, as status.vectors tells clients to); the
+fingerprint in run.json is the one a service declaring the same instructions publishes, and not the plain one."""
 
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ TEXTS = 600  # long enough to be killed in the middle of (the kill comes after 2
 WORDS = ("vectors index every passage of a corpus once so that queries later find the nearest few among "
          "millions while seven platform engineers watch the shards finish one after another").split()  # fmt: skip
 EXAMPLES = REPO_ROOT / "examples"
+INSTRUCTIONS = {"queryInstruction": "query: ", "documentInstruction": "passage: "}  # e5's (docs/vectors.md)
 
 
 def example(name: str) -> dict[str, Any]:
@@ -97,7 +104,7 @@ def job(namespace: str) -> dict[str, Any]:
     spec["engine"]["image"] = SERVICE["spec"]["engine"]["image"]
     eager(spec["engine"])
     spec["resources"] = copy.deepcopy(SMALL_SERVER_RESOURCES)
-    spec.update(shards=1, parallelism=1, batchSize=8)
+    spec.update(shards=1, parallelism=1, batchSize=8, vectors=dict(INSTRUCTIONS))
     spec["dataset"] = {"volume": {"claimName": "data", "path": f"/{namespace}/requests.jsonl"}, "format": "openaiBatch"}
     spec["output"] = {"volume": {"claimName": "data", "path": f"/{namespace}/out"}, "formats": ["openaiBatch", "safetensors"]}
     return doc
@@ -129,6 +136,20 @@ def cosine(a: Any, b: Any) -> float:
     return dot / (math.sqrt(sum(float(x) ** 2 for x in a)) * math.sqrt(sum(float(y) ** 2 for y in b)))
 
 
+def declared_fingerprint() -> str:
+    """What the PoolingService of this module publishes once it declares the job's instructions (the operator's
+    own function: the unit tier holds service and job to it)."""
+    from pooling_operator.vllm.embedding_space import embedding_fingerprint
+    from pooling_operator.vllm.validate import validate
+    from pooling_operator.vllm.workload import workload
+
+    doc = copy.deepcopy(SERVICE)
+    doc["spec"]["vectors"] = dict(INSTRUCTIONS)
+    result = validate(doc)
+    assert result.resource is not None and not [p for p in result.problems if p.severity == "error"], result.problems
+    return embedding_fingerprint(workload(result.resource))  # type: ignore[arg-type]
+
+
 POOL = [slot("the PoolingJob's vLLM sidecar"), SERVICE]
 
 
@@ -143,8 +164,9 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
     (data / "requests.jsonl").write_text("".join(line + "\n" for line in lines))
     out = data / "out"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(job(namespace)))
-    # sentence-transformers' vectors (a process without vllm) computed while the job runs, not after it
-    texts = [d["text"] for d in docs]
+    # sentence-transformers' vectors (a process without vllm) computed while the job runs, not after it, of the
+    # texts as vLLM is sent them: the document instruction before each
+    texts = [INSTRUCTIONS["documentInstruction"] + d["text"] for d in docs]
     reference = ThreadPoolExecutor(1).submit(
         oracle, vllm_runtime, "embed", str(vllm_runtime.model_dir(runtime.MINILM)), {"sentences": texts}
     )  # fmt: skip
@@ -206,8 +228,18 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
             r = httpx.post(f"{served.url}/v1/embeddings", json={"model": served.name, "input": texts[i : i + 100]}, timeout=300)
             assert r.status_code == 200, r.text
             answered += [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
-        fingerprint = served.status["embeddingSpace"]["fingerprint"]
+        plain = served.status["embeddingSpace"]["fingerprint"]
+        # a client's query, with the query instruction, through the service finds its passage in the job's index
+        asked = docs[::30]
+        r = httpx.post(f"{served.url}/v1/embeddings", timeout=300, json={
+            "model": served.name, "input": [INSTRUCTIONS["queryInstruction"] + d["text"] for d in asked]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        queries = [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
+    fingerprint = declared_fingerprint()
+    assert fingerprint != plain, "the instructions are part of the space"
     worst_service = min(cosine(vectors[d["id"]], a) for d, a in zip(docs, answered, strict=True))
+    found = [max(docs, key=lambda d, q=q: cosine(vectors[d["id"]], q))["id"] for q in queries]  # type: ignore[misc]
+    assert found == [d["id"] for d in asked], list(zip(found, [d["id"] for d in asked], strict=True))
     assert worst_reference >= 0.9999, worst_reference
     assert worst_service >= 0.9999, worst_service
 
@@ -217,6 +249,7 @@ def test_pooling_job_embeds_a_corpus_once_through_a_sigkill(
         assert record["embeddingSpace"] == {"label": "minilm-v1", "fingerprint": fingerprint}, record
         assert record["vllm"]["version"].startswith("0.32") and record["vllm"]["command"][:2] == ["vllm", "serve"]
         assert record["model"] == {"name": runtime.MINILM.repo_id, "revision": SERVICE["spec"]["model"]["revision"]}
+        assert record["vectors"] == {"outputs": ["dense"], "inputs": ["text"], **INSTRUCTIONS}, record
     assert status["embeddingSpace"]["fingerprint"] == fingerprint
 
     # the OpenAI Batch output file: one line per request line, in input order, read by openai's own types

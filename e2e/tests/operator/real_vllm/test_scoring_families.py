@@ -1,5 +1,6 @@
 """Each scoring family no other test serves, served for real: a crossEncoder, a lateInteraction (ColBERT)
-ScoringService, a token_classify PoolingService and an embed PoolingService with a declared Matryoshka size.
+ScoringService, a token_classify PoolingService, a sparse one (a one-label token head declared as
+``vectors.outputs: [sparse]``, docs/vectors.md) and an embed PoolingService with a declared Matryoshka size.
 
 The models are built at test time from the packaged MiniLM (e2e/realvllm/tiny_models.py, seed 0; seed 1 only
 for its reference answers) into the runner's ``built-models`` claim; the Matryoshka service is MiniLM itself
@@ -72,6 +73,10 @@ SERVICES = {
     "cross-encoder": _doc("ScoringService", "tiny-reranker", {"mode": "crossEncoder", "model": _built("tiny-reranker", "cross-encoder")}),
     "colbert": _doc("ScoringService", "tiny-colbert", {"mode": "lateInteraction", "model": _built("tiny-colbert", "colbert")}),
     "token-classifier": _doc("PoolingService", "tiny-tagger", {"task": "token_classify", "model": _built("tiny-tagger", "token-classifier")}),
+    "sparse-head": _doc("PoolingService", "tiny-sparse", {
+        "task": "token_classify", "vectors": {"outputs": ["sparse"]},
+        "model": {**_built("tiny-sparse", "sparse-head"), "hints": {"architectures": ["BertForTokenClassification"], "numLabels": 1}},
+    }),
     "matryoshka": _doc("PoolingService", "minilm-mrl", {
         "task": "embed",
         "model": {"name": runtime.MINILM.repo_id, "matryoshkaDimensions": MATRYOSHKA,
@@ -107,6 +112,7 @@ def refs(built_models: Path, vllm_runtime: runtime.Runtime) -> dict[str, Any]:
             ("cross-encoder", "cross-encoder", {"pairs": pairs}),
             ("colbert", "late-interaction", late),
             ("token-classifier", "token-classify", {"texts": TEXTS}),
+            ("sparse-head", "token-classify", {"texts": TEXTS}),
         ):
             jobs.append({"command": command, "model_dir": str(root / family), "request": req})
             names.append(f"{family}@{seed}")
@@ -155,7 +161,7 @@ def test_built_models_are_deterministic_and_seeded(built_models: Path, vllm_runt
         return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
     again = built.build(vllm_runtime, tmp_path / "again", 0)
-    assert sorted(again) == ["colbert", "cross-encoder", "token-classifier"]
+    assert sorted(again) == ["colbert", "cross-encoder", "sparse-head", "token-classifier"]
     for family, model in again.items():
         folder, seed0, seed1 = Path(model["dir"]), built_models / "seed-0" / family, built_models / "seed-1" / family
         assert json.loads((folder / "config.json").read_text())["architectures"] == [model["architecture"]]
@@ -207,6 +213,23 @@ def test_token_classify_probabilities_per_token_as_transformers(served: Served, 
     for text, got, w in zip(TEXTS, [d["data"] for d in sorted(pooled, key=lambda d: d["index"])], want, strict=True):
         assert len(got) == len(w), text
         worst = max(abs(a - b) for g_tok, w_tok in zip(got, w, strict=True) for a, b in zip(g_tok, w_tok, strict=True))
+        assert worst <= 1e-4, (text, worst)
+    assert_routes(served)
+
+
+@pytest.mark.parametrize("served", ["sparse-head"], indirect=True)
+def test_a_declared_sparse_output_is_one_weight_a_token_as_transformers(served: Served, refs: dict[str, Any]) -> None:
+    """vectors.outputs [sparse] on a one-label token head: /pooling answers one weight for each token (the sigmoid of
+    its logit), equal to transformers', and status.vectors publishes the contract."""
+    want = refs["sparse-head@0"]["probs"]
+    weights = [p[0] for text in want for p in text]
+    varied(weights, [p[0] for text in refs["sparse-head@1"]["probs"] for p in text])
+    assert served.status["vectors"] == {"outputs": ["sparse"], "inputs": ["text"]}
+    assert served.status["effective"]["task"] == "token_classify"
+    pooled = post(served, "/pooling", {"input": TEXTS})["data"]
+    for text, got, w in zip(TEXTS, [d["data"] for d in sorted(pooled, key=lambda d: d["index"])], want, strict=True):
+        assert len(got) == len(w) and {len(tok) for tok in got} == {1}, text  # one weight a token
+        worst = max(abs(g[0] - x[0]) for g, x in zip(got, w, strict=True))
         assert worst <= 1e-4, (text, worst)
     assert_routes(served)
 
