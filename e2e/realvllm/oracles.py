@@ -24,8 +24,14 @@
                                                over text i's tokens of the best dot product with text j's
     <runtime python> e2e/realvllm/oracles.py token-classify MODEL_DIR < {"texts": [...]}
         -> {"probs": [[[...] per token] per text]}   transformers' AutoModelForTokenClassification, softmax
-                                               (one label: sigmoid, as vLLM answers it)
-                                               over the labels of each token (special tokens included)
+                                               over the labels of each token (special tokens included); one
+                                               label: its sigmoid, as vLLM answers it
+    <runtime python> e2e/realvllm/oracles.py dual-encoder MODEL_DIR < {"texts": [...], "image_seeds": [...]}
+        -> {"images": [base64 PNG, ...], "image_vectors": [...], "text_vectors": [...]}
+                                               transformers' CLIPModel: each seed's 40x40 noise image (PNG, made
+                                               here so the test sends vLLM the same bytes) through
+                                               get_image_features, each text through get_text_features, each
+                                               vector L2-normalised
     <runtime python> e2e/realvllm/oracles.py batch - < {"jobs": [{"command", "model_dir", "request"}, ...]}
         -> {"results": [...]}                  several of the above in one interpreter (one import of torch)
 
@@ -146,6 +152,36 @@ def token_classify(model_dir: str, req: dict) -> dict:
     return {"probs": probs}
 
 
+def dual_encoder(model_dir: str, req: dict) -> dict:
+    import base64
+    import io
+
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import CLIPModel, CLIPProcessor
+
+    model = CLIPModel.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    proc = CLIPProcessor.from_pretrained(model_dir)
+    images, pngs = [], []
+    for seed in req.get("image_seeds", []):
+        image = Image.fromarray((np.random.RandomState(seed).rand(40, 40, 3) * 255).astype("uint8"))
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        images.append(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+        pngs.append(base64.b64encode(buf.getvalue()).decode())
+
+    def unit(features: object) -> list:
+        t = getattr(features, "pooler_output", features)
+        return torch.nn.functional.normalize(t.to(torch.float64), dim=-1).tolist()
+
+    with torch.no_grad():
+        image_vectors = unit(model.get_image_features(**proc(images=images, return_tensors="pt"))) if images else []
+        texts = req.get("texts", [])
+        text_vectors = unit(model.get_text_features(**proc(text=texts, return_tensors="pt", padding=True))) if texts else []
+    return {"images": pngs, "image_vectors": image_vectors, "text_vectors": text_vectors}
+
+
 COMMANDS = {
     "embed": embed,
     "label-probs": label_probs,
@@ -153,6 +189,7 @@ COMMANDS = {
     "cross-encoder": cross_encoder,
     "late-interaction": late_interaction,
     "token-classify": token_classify,
+    "dual-encoder": dual_encoder,
 }
 
 

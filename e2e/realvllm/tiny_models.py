@@ -19,6 +19,11 @@ scaled so the outputs spread (a head at transformers' 0.02 initialisation would 
 ``sparse-head``     BertForTokenClassification, one label: one weight a token (vLLM: token_classify, which answers
                     the sigmoid of a one-label logit, model_executor/layers/pooler/activations.py:138-141 in 0.32), a
                     PoolingService's ``vectors.outputs: [sparse]``
+``dual-encoder``    CLIPModel (a text and a vision tower of two layers, 64 wide, 32-pixel images in 8-pixel patches,
+                    all drawn from the seed) with MiniLM's tokenizer, whose pad token moves off id 0: vLLM's CLIP
+                    processor uses id 0 as the image placeholder and asserts it is no special token (clip.py:228 in
+                    0.32). Head size 32, as MiniLM's (the CPU attention takes no 16), and a projection as wide as the
+                    text tower (clip.py:926 refuses a narrower one). vLLM: embed, images and texts
 
 Like oracles.py this file imports nothing from the repository: it runs in the runtime's virtual environment.
 """
@@ -42,7 +47,10 @@ BUILDS = {
     "colbert": "HF_ColBERT",
     "token-classifier": "BertForTokenClassification",
     "sparse-head": "BertForTokenClassification",
+    "dual-encoder": "CLIPModel",
 }
+CLIP_WIDTH = 64
+CLIP_IMAGE = 32
 
 
 def _backbone(source: Path, pooler: bool) -> dict:
@@ -69,9 +77,39 @@ def _head(gen, rows: int, cols: int, bias: bool) -> dict:
     return out
 
 
+def _dual_encoder(source: Path, folder: Path, seed: int) -> None:
+    import torch
+    from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+
+    tok = AutoTokenizer.from_pretrained(source)
+    tok.pad_token = "[unused0]"
+    tower = {"hidden_size": CLIP_WIDTH, "intermediate_size": 2 * CLIP_WIDTH, "num_hidden_layers": 2,
+             "num_attention_heads": CLIP_WIDTH // 32, "projection_dim": CLIP_WIDTH}  # fmt: skip
+    config = CLIPConfig(
+        text_config={**tower, "vocab_size": tok.vocab_size, "max_position_embeddings": 77, "eos_token_id": tok.sep_token_id,
+                     "bos_token_id": tok.cls_token_id, "pad_token_id": tok.pad_token_id},
+        vision_config={**tower, "image_size": CLIP_IMAGE, "patch_size": 8},
+        projection_dim=CLIP_WIDTH,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    CLIPModel(config).eval().save_pretrained(folder, safe_serialization=True)
+    pixels = {"shortest_edge": CLIP_IMAGE}
+    CLIPProcessor(image_processor=CLIPImageProcessorPil(size=pixels, crop_size={"height": CLIP_IMAGE, "width": CLIP_IMAGE}),
+                  tokenizer=tok).save_pretrained(folder)  # fmt: skip
+
+
 def build(name: str, source: Path, out: Path, seed: int) -> dict:
     import torch
     from safetensors.torch import save_file
+
+    if name == "dual-encoder":
+        folder = out / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        _dual_encoder(source, folder, seed)
+        digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+        return {"dir": str(folder), "architecture": BUILDS[name], "sha256": digest}
 
     arch = BUILDS[name]
     config = json.loads((source / "config.json").read_text())

@@ -1,6 +1,7 @@
 """Each scoring family no other test serves, served for real: a crossEncoder, a lateInteraction (ColBERT)
 ScoringService, a token_classify PoolingService, a sparse one (a one-label token head declared as
-``vectors.outputs: [sparse]``, docs/vectors.md) and an embed PoolingService with a declared Matryoshka size.
+``vectors.outputs: [sparse]``, docs/vectors.md), a CLIP dual encoder declared ``vectors.inputs: [image, text]`` and
+an embed PoolingService with a declared Matryoshka size.
 
 The models are built at test time from the packaged MiniLM (e2e/realvllm/tiny_models.py, seed 0; seed 1 only
 for its reference answers) into the runner's ``built-models`` claim; the Matryoshka service is MiniLM itself
@@ -52,20 +53,22 @@ DOCS = [
 ]
 TEXTS = [QUERY, *DOCS]
 MATRYOSHKA = [384, 128, 64]
+IMAGE_SEEDS = [0, 1, 2]  # the oracle draws each seed's noise image and hands back its PNG
 
 
-def _engine() -> dict[str, Any]:
-    return {"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": 256, "extraArgs": list(EAGER_ARGS)}
+def _engine(max_model_len: int = 256) -> dict[str, Any]:
+    return {"image": MACHINE_OVERRIDES["engine.image"], "dtype": "float32", "maxModelLen": max_model_len,
+            "extraArgs": list(EAGER_ARGS)}
 
 
 def _built(name: str, folder: str) -> dict[str, Any]:
     return {"name": name, "source": {"volume": {"claimName": BUILT_CLAIM, "path": f"/seed-0/{folder}", "readOnly": True}}}
 
 
-def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _doc(kind: str, name: str, spec: dict[str, Any], max_model_len: int = 256) -> dict[str, Any]:
     return {
         "apiVersion": "vllm-pooling.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": "set-by-pool"},
-        "spec": {**spec, "engine": _engine(), "resources": copy.deepcopy(SMALL_SERVER_RESOURCES)},
+        "spec": {**spec, "engine": _engine(max_model_len), "resources": copy.deepcopy(SMALL_SERVER_RESOURCES)},
     }  # fmt: skip
 
 
@@ -77,6 +80,10 @@ SERVICES = {
         "task": "token_classify", "vectors": {"outputs": ["sparse"]},
         "model": {**_built("tiny-sparse", "sparse-head"), "hints": {"architectures": ["BertForTokenClassification"], "numLabels": 1}},
     }),
+    "dual-encoder": _doc("PoolingService", "tiny-clip", {
+        "task": "embed", "vectors": {"outputs": ["dense"], "inputs": ["image", "text"]},
+        "model": {**_built("tiny-clip", "dual-encoder"), "hints": {"architectures": ["CLIPModel"]}},
+    }, max_model_len=77),  # CLIP's text positions
     "matryoshka": _doc("PoolingService", "minilm-mrl", {
         "task": "embed",
         "model": {"name": runtime.MINILM.repo_id, "matryoshkaDimensions": MATRYOSHKA,
@@ -113,6 +120,7 @@ def refs(built_models: Path, vllm_runtime: runtime.Runtime) -> dict[str, Any]:
             ("colbert", "late-interaction", late),
             ("token-classifier", "token-classify", {"texts": TEXTS}),
             ("sparse-head", "token-classify", {"texts": TEXTS}),
+            ("dual-encoder", "dual-encoder", {"texts": TEXTS, "image_seeds": IMAGE_SEEDS}),
         ):
             jobs.append({"command": command, "model_dir": str(root / family), "request": req})
             names.append(f"{family}@{seed}")
@@ -161,7 +169,7 @@ def test_built_models_are_deterministic_and_seeded(built_models: Path, vllm_runt
         return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
     again = built.build(vllm_runtime, tmp_path / "again", 0)
-    assert sorted(again) == ["colbert", "cross-encoder", "sparse-head", "token-classifier"]
+    assert sorted(again) == ["colbert", "cross-encoder", "dual-encoder", "sparse-head", "token-classifier"]
     for family, model in again.items():
         folder, seed0, seed1 = Path(model["dir"]), built_models / "seed-0" / family, built_models / "seed-1" / family
         assert json.loads((folder / "config.json").read_text())["architectures"] == [model["architecture"]]
@@ -232,6 +240,24 @@ def test_a_declared_sparse_output_is_one_weight_a_token_as_transformers(served: 
         worst = max(abs(g[0] - x[0]) for g, x in zip(got, w, strict=True))
         assert worst <= 1e-4, (text, worst)
     assert_routes(served)
+
+
+@pytest.mark.parametrize("served", ["dual-encoder"], indirect=True)
+def test_a_dual_encoder_embeds_images_and_texts_as_transformers(served: Served, refs: dict[str, Any]) -> None:
+    """vectors.inputs [image, text] on a CLIP dual encoder: an image sent as a data URL in a chat message (as
+    vLLM's examples/pooling/embed/vision_embedding_online.py does) and texts as plain input each answer the vector
+    transformers' CLIPModel computes, within 1e-4; status.vectors publishes what the server takes."""
+    ref, other = refs["dual-encoder@0"], refs["dual-encoder@1"]
+    varied([v[0] for v in ref["image_vectors"]], [v[0] for v in other["image_vectors"]])
+    assert served.status["vectors"] == {"outputs": ["dense"], "inputs": ["image", "text"]}
+    for png, want in zip(ref["images"], ref["image_vectors"], strict=True):
+        image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}  # nothing is fetched
+        [got] = post(served, "/v1/embeddings", {"messages": [{"role": "user", "content": [image]}],
+                                                "encoding_format": "float"})["data"]  # fmt: skip
+        assert max(abs(g - w) for g, w in zip(got["embedding"], want, strict=True)) <= 1e-4, (got["embedding"][:4], want[:4])
+    texts = post(served, "/v1/embeddings", {"input": TEXTS, "encoding_format": "float"})["data"]
+    for got, want in zip(sorted(texts, key=lambda d: d["index"]), ref["text_vectors"], strict=True):
+        assert max(abs(g - w) for g, w in zip(got["embedding"], want, strict=True)) <= 1e-4
 
 
 @pytest.mark.parametrize("served", ["matryoshka"], indirect=True)
