@@ -228,8 +228,8 @@ class PoolingServiceSpec(ServingSpec):
     embedding_space: EmbeddingSpaceLabel | None = Field(
         default=None,
         description="A label for the vector space this service produces. A change of model name or revision, "
-        "pooling type, normalize or dimensions is refused unless this label changes in the same update, so "
-        "vectors from two spaces never mix in one index.",
+        "pooling type, normalize, dimensions or the vectors' instructions is refused unless this label changes in "
+        "the same update, so vectors from two spaces never mix in one index.",
     )
     space_check: SpaceCheckSpec | None = Field(
         default=None, description=(SpaceCheckSpec.__doc__ or "") + " Needs embeddingSpace: the reference is the space's."
