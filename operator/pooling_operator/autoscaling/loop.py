@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TypedDict
+from typing import Any
 
 from pooling_operator.api.clock import parse_time, rfc3339
 from pooling_operator.api.gpu import ResourcesSpec
@@ -119,21 +119,6 @@ class Tracked:
         return self.decides and self.targets.min_replicas == 0 and self.wake_query is not None
 
 
-class _Settings(TypedDict):
-    """The fields of a Tracked that track() takes from the service and its policy, set again on each call."""
-
-    kind: str
-    namespace: str
-    name: str
-    gpus: float
-    targets: AutoscalingTargets
-    queries: Queries
-    decides: bool
-    wake_query: str | None
-    idle_seconds: int | None
-    price: tuple[Decimal, str] | None
-
-
 def _product(resource: Service) -> str | None:
     """The GPU product a service names (spec.resources.gpu.product): what its policy's pricing is keyed by."""
     resources = resource.spec.resources
@@ -194,7 +179,7 @@ class Autoscaler:
         assert a is not None and resource.metadata.uid
         targets = resolve_targets(resource, policy)
         namespace = resource.metadata.namespace or "default"
-        settings: _Settings = {
+        settings: dict[str, Any] = {  # the fields of Tracked that follow the service and its policy
             "kind": resource.kind, "namespace": namespace, "name": resource.metadata.name,
             "gpus": gpus_held(resource.spec.resources), "targets": targets,
             "queries": service_queries(resource.kind, namespace, resource.metadata.name, targets.window), "decides": a.backend == "operator",
