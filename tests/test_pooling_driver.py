@@ -21,7 +21,14 @@ from pooling_operator.api import pooling_job_contract as pj
 from pooling_operator.api import shard_contract as hs
 from pooling_operator.pods.shard import files
 from pooling_operator.pods.shard.dataset import BadLine, Sample, parse_line, read_shard
-from pooling_operator.pods.vectors.driver import NOT_INSTRUCTABLE, PoolingConfig, PoolingDriver, batches
+from pooling_operator.pods.vectors.driver import (
+    NOT_INSTRUCTABLE,
+    PoolingConfig,
+    PoolingDriver,
+    _token_ids_only,
+    batches,
+    instructed,
+)
 from pooling_operator.pods.vectors.parts import part_header, write_part
 from tests.hidden_states_support import failed_lines, manifest_lines
 from tests.pooling_support import (
@@ -181,6 +188,16 @@ def test_run_json_records_what_made_the_vectors(tmp_path: Path) -> None:
     assert doc["task"] == "embed" and doc["embeddingSpace"] == info["embeddingSpace"]
     assert doc["dtype"] == "float16" and doc["dimension"] == POOLING_DIM
     assert doc["driver"]["version"]
+
+
+def test_which_inputs_an_instruction_can_precede_and_how_a_batch_lines_texts_take_it() -> None:
+    assert not _token_ids_only(Sample("a", 1, prompt="x"))
+    assert _token_ids_only(Sample("b", 2, token_ids=(5, 6)))
+    assert not _token_ids_only(Sample("c", 3, inputs=("x", "y")))  # an OpenAI Batch line of texts
+    assert _token_ids_only(Sample("d", 4, inputs=((5,), (6, 7))))  # ... of token-id lists
+    assert not _token_ids_only(Sample("e", 5, inputs=((5,),), route="score"))  # a scoring line takes none
+    assert instructed(("x", "y"), "passage: ") == ("passage: x", "passage: y")
+    assert instructed(("x",), "") == ("x",)
 
 
 def test_the_document_instruction_goes_before_every_text_and_an_input_of_token_ids_fails(tmp_path: Path) -> None:

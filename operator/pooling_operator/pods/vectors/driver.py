@@ -155,12 +155,11 @@ def instructed(inputs: tuple[str, ...] | tuple[tuple[int, ...], ...], instructio
 
 
 def _token_ids_only(sample: Sample) -> bool:
-    """An input of token ids (a line's token_ids, or an OpenAI Batch line's ids), which no instruction can precede."""
-    if sample.route is not None:  # a scoring line: no instruction applies (refused at admission)
+    """An input of token ids (a line's token_ids, or an OpenAI Batch line's ids), which no instruction can precede.
+    A scoring line (route) takes no instruction: admission refuses one for a mode."""
+    if sample.route is not None or sample.prompt is not None:
         return False
-    if sample.prompt is not None:
-        return False
-    return sample.token_ids is not None or (bool(sample.inputs) and not isinstance((sample.inputs or ("",))[0], str))
+    return sample.token_ids is not None or any(not isinstance(x, str) for x in sample.inputs or ())
 
 
 NOT_INSTRUCTABLE = ("token ids cannot take spec.vectors.documentInstruction (it is text, prepended before "
@@ -284,9 +283,13 @@ class PoolingDriver(ShardRun):
                        budget: Budget) -> None:
         lines = self.one_request_a_line
         if self.config.document_instruction:  # text only: an input of token ids fails, the others go on
-            for sample in [s for s in todo if _token_ids_only(s)]:
-                self._fail(failed, sample, NOT_INSTRUCTABLE)
-            todo = [s for s in todo if not _token_ids_only(s)]
+            texts = []
+            for sample in todo:
+                if _token_ids_only(sample):
+                    self._fail(failed, sample, NOT_INSTRUCTABLE)
+                else:
+                    texts.append(sample)
+            todo = texts
         work = (line_batches if lines else batches)(todo, self.config.batch_size)
         # a line with more inputs than batchSize is a batch of its own: up to one batch per line
         count = len(todo) if lines else -(-len(todo) // self.config.batch_size)
